@@ -1,0 +1,42 @@
+/* libturnstile — cancel token.
+ *
+ * A cancel token ends every wait that was given it: firing it from any thread
+ * wakes each such wait, which then returns ECANCELED (unless it was granted
+ * first).  A wait that starts on an already-fired token fails at once, even
+ * when a pass or item is free: a caller that gave up must not take a resource.
+ */
+#ifndef TURNSTILE_CANCEL_H
+#define TURNSTILE_CANCEL_H
+
+#include <turnstile/common.h>
+
+struct ts_waiter_;
+
+/* Complete so that it may live on the stack or inside another struct; its
+ * members are private. */
+typedef struct ts_cancel {
+	_Atomic int private_fired;
+	_Atomic int private_lock;
+	struct ts_waiter_ *private_waiters; /* waits parked on this token */
+} ts_cancel;
+
+/* Static initializer, equivalent to ts_cancel_init(). */
+#define TS_CANCEL_INIT { 0, 0, NULL }
+
+/* ts_cancel_init - make @c an unfired token.  Not thread-safe with respect to
+ * other uses of @c.  NULL: no-op. */
+TS_API void ts_cancel_init(ts_cancel *c);
+
+/* ts_cancel_fire - fire @c and wake every wait currently using it.
+ * Idempotent; callable from any thread, concurrently with waits on @c.
+ * NULL: no-op. */
+TS_API void ts_cancel_fire(ts_cancel *c);
+
+/* ts_cancel_fired - whether @c has been fired.  Thread-safe.  NULL: false. */
+TS_API bool ts_cancel_fired(const ts_cancel *c);
+
+/* ts_cancel_destroy - end @c's life.  No wait may still be using it; the
+ * token holds no resources, so this only checks that in debug builds. */
+TS_API void ts_cancel_destroy(ts_cancel *c);
+
+#endif

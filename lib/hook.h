@@ -1,0 +1,32 @@
+/* Private: a test hook at the protocol's race windows.
+ *
+ * White-box tests install a function that runs at a named point, so a race
+ * (a grant landing between a waiter's timeout and its removal, say) can be
+ * forced deterministically instead of hoped for.  Only slow paths call it;
+ * with no hook installed it costs one relaxed load and a branch. */
+#ifndef TS_LIB_HOOK_H
+#define TS_LIB_HOOK_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+enum ts_hook_point {
+	/* a queued waiter timed out or was cancelled and is about to take the
+	 * lock to leave the queue (obj: its turnstile or waitlist) */
+	TS_HOOK_LEAVING,
+	/* a waitlist loader's load returned and it is about to hand the item
+	 * out (obj: the waitlist) */
+	TS_HOOK_LOADED,
+};
+
+typedef void (*ts_hook_fn)(enum ts_hook_point point, void *obj);
+extern _Atomic(ts_hook_fn) ts_hook;
+
+static inline void ts_hook_at(enum ts_hook_point point, void *obj)
+{
+	ts_hook_fn fn = atomic_load_explicit(&ts_hook, memory_order_relaxed);
+	if (__builtin_expect(fn != NULL, 0))
+		fn(point, obj);
+}
+
+#endif

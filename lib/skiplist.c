@@ -1,0 +1,77 @@
+/* Skiplist of waiting claims; see skiplist.h for the costs it guarantees. */
+#include "skiplist.h"
+
+#include <string.h>
+
+bool claim_before(const ts_claim *a, const ts_claim *b)
+{
+	if (a->priority != b->priority)
+		return a->priority < b->priority;
+	if (a->since_ns != b->since_ns)
+		return a->since_ns < b->since_ns;
+	return a->seq < b->seq;
+}
+
+static bool node_before(const struct skip_node *a, const struct skip_node *b)
+{
+	if (a->key.priority != b->key.priority || a->key.since_ns != b->key.since_ns ||
+	    a->key.seq != b->key.seq)
+		return claim_before(&a->key, &b->key);
+	return a->arrival < b->arrival;
+}
+
+void skip_init(struct skiplist *l)
+{
+	memset(l, 0, sizeof(*l));
+	l->head.height = SKIP_LEVELS;
+	l->rng = 0x9e3779b97f4a7c15ull;
+}
+
+/* Geometric height with p = 1/4, from a xorshift64 stream (under the lock). */
+static int random_height(struct skiplist *l)
+{
+	uint64_t x = l->rng;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	l->rng = x;
+	int h = 1;
+	while (h < SKIP_LEVELS && (x & 3) == 0) {
+		h++;
+		x >>= 2;
+	}
+	return h;
+}
+
+bool skip_insert(struct skiplist *l, struct skip_node *n)
+{
+	struct skip_node *update[SKIP_LEVELS];
+	struct skip_node *x = &l->head;
+
+	n->arrival = l->arrivals++;
+	for (int i = SKIP_LEVELS - 1; i >= 0; i--) {
+		while (x->next[i] && node_before(x->next[i], n))
+			x = x->next[i];
+		update[i] = x;
+	}
+	n->height = random_height(l);
+	for (int i = 0; i < n->height; i++) {
+		n->next[i] = update[i]->next[i];
+		n->prev[i] = update[i];
+		if (n->next[i])
+			n->next[i]->prev[i] = n;
+		update[i]->next[i] = n;
+	}
+	l->len++;
+	return update[0] == &l->head;
+}
+
+void skip_remove(struct skiplist *l, struct skip_node *n)
+{
+	for (int i = 0; i < n->height; i++) {
+		n->prev[i]->next[i] = n->next[i];
+		if (n->next[i])
+			n->next[i]->prev[i] = n->prev[i];
+	}
+	l->len--;
+}

@@ -1,0 +1,54 @@
+/* Private: the skiplist that orders a turnstile's waiting claims.
+ *
+ * Keys are (priority, since_ns, seq, arrival); arrival is stamped at insert
+ * from a per-list counter, so every key is unique and equal claims keep
+ * FIFO order.  Nodes are doubly linked at every level, so:
+ *   first     O(1)        the best claim is head.next[0]
+ *   insert    O(log n)    expected (search from the top level)
+ *   remove    O(height)   = O(1) expected, any node, no search
+ * Not thread-safe: the turnstile's spinlock guards every call.  Nodes are
+ * owned by the caller (they live on waiters' stacks). */
+#ifndef TS_LIB_SKIPLIST_H
+#define TS_LIB_SKIPLIST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <turnstile/turnstile.h>
+
+/* With p = 1/4 per level, 12 levels keep O(log n) up to ~16M waiters. */
+#define SKIP_LEVELS 12
+
+struct skip_node {
+	ts_claim key;
+	uint64_t arrival;
+	int height;
+	struct skip_node *next[SKIP_LEVELS];
+	struct skip_node *prev[SKIP_LEVELS];
+};
+
+struct skiplist {
+	struct skip_node head; /* sentinel: only next[] is used */
+	uint64_t arrivals;
+	uint64_t rng;
+	size_t len;
+};
+
+void skip_init(struct skiplist *l);
+
+/* Link @n (with n->key set) in order.  Returns true if it became first. */
+bool skip_insert(struct skiplist *l, struct skip_node *n);
+
+/* Unlink @n, which must be linked in @l. */
+void skip_remove(struct skiplist *l, struct skip_node *n);
+
+static inline struct skip_node *skip_first(const struct skiplist *l)
+{
+	return l->head.next[0];
+}
+
+/* Whether a sorts strictly before b (used by tests and the audit too). */
+bool claim_before(const ts_claim *a, const ts_claim *b);
+
+#endif

@@ -1,0 +1,326 @@
+/* Turnstile: bounded admission in (band, since, seq, arrival) order.
+ *
+ * State is one atomic word plus a spinlock-guarded skiplist of waiters:
+ *
+ *   word = available << 2 | CLOSED | WAITERS      (available is signed)
+ *
+ * INVARIANT (no barging): WAITERS is set exactly when the queue is
+ * non-empty, and both change only under the lock.  Every operation that
+ * raises `available` under the lock drains waiters while it is positive
+ * (drain()), so whenever the lock is free, WAITERS implies available <= 0.
+ * The lock-free fast paths act only on a word WITHOUT the WAITERS bit, and
+ * do so by CAS on the whole word: a fast acquire can therefore never take a
+ * pass while anyone is queued, and a fast release can never add a pass that
+ * a queued waiter should have had — a concurrent enqueue sets WAITERS and
+ * makes their CAS fail, sending them to the locked path. */
+#include <turnstile/turnstile.h>
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "hook.h"
+#include "skiplist.h"
+#include "spinlock.h"
+#include "waiter.h"
+
+#define WORD_WAITERS ((uint64_t)1)
+#define WORD_CLOSED ((uint64_t)2)
+#define WORD_UNIT ((uint64_t)4)
+
+struct ts_turnstile {
+	_Alignas(64) _Atomic uint64_t word; /* alone on its line: the fast path */
+	_Alignas(64) _Atomic int lock;
+	int64_t ceiling;              /* under lock */
+	_Atomic int64_t waiting;      /* queue length, for snapshots */
+	struct skiplist queue;        /* under lock */
+};
+
+/* A queued caller: its skiplist links and its futex word, on its stack. */
+struct turn_waiter {
+	struct skip_node link;
+	waiter w;
+};
+
+static inline int64_t word_available(uint64_t w)
+{
+	return (int64_t)w >> 2; /* arithmetic shift: gcc and clang define it */
+}
+
+static inline uint64_t units(int64_t n)
+{
+	return (uint64_t)n * WORD_UNIT; /* modular: negative deltas wrap right */
+}
+
+TS_API ts_turnstile *ts_turnstile_new(int64_t concurrency)
+{
+	if (concurrency < 0 || concurrency > TS_CONCURRENCY_MAX) {
+		errno = EINVAL;
+		return NULL;
+	}
+	ts_turnstile *t = aligned_alloc(64, sizeof(*t));
+	if (!t) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	atomic_init(&t->word, units(concurrency));
+	atomic_init(&t->lock, 0);
+	atomic_init(&t->waiting, 0);
+	t->ceiling = concurrency;
+	skip_init(&t->queue);
+	return t;
+}
+
+TS_API void ts_turnstile_free(ts_turnstile *t)
+{
+	free(t);
+}
+
+/* Hand free passes to the head waiters while any are free.  Lock held.
+ * Each grant unlinks the waiter and publishes GRANTED with one exchange
+ * (waiter.h); the pass moves from `available` to the waiter in the same
+ * critical section, so it is never both free and held, nor lost. */
+static void drain(ts_turnstile *t, struct wakeups *wk)
+{
+	struct skip_node *n;
+
+	while (word_available(atomic_load_explicit(&t->word, memory_order_relaxed)) > 0 &&
+	       (n = skip_first(&t->queue))) {
+		skip_remove(&t->queue, n);
+		atomic_fetch_sub_explicit(&t->word, WORD_UNIT, memory_order_relaxed);
+		atomic_fetch_sub_explicit(&t->waiting, 1, memory_order_relaxed);
+		struct turn_waiter *tw = (struct turn_waiter *)n;
+		wakeups_add(wk, waiter_grant(&tw->w, WAITER_GRANTED));
+	}
+	if (!skip_first(&t->queue))
+		atomic_fetch_and_explicit(&t->word, ~WORD_WAITERS, memory_order_release);
+}
+
+/* Queue @tw, or take a pass if one became free.  Lock NOT held.
+ * Returns 0 (pass taken), ESHUTDOWN, ETIMEDOUT, or EINPROGRESS (queued). */
+static int enqueue(ts_turnstile *t, struct turn_waiter *tw, int64_t now,
+		   int64_t deadline_ns)
+{
+	spin_lock(&t->lock);
+	uint64_t w = atomic_load_explicit(&t->word, memory_order_relaxed);
+	for (;;) {
+		if (w & WORD_CLOSED) {
+			spin_unlock(&t->lock);
+			return ESHUTDOWN;
+		}
+		if (!(w & WORD_WAITERS) && word_available(w) > 0) {
+			if (atomic_compare_exchange_weak_explicit(
+				    &t->word, &w, w - WORD_UNIT,
+				    memory_order_acquire, memory_order_relaxed)) {
+				spin_unlock(&t->lock);
+				return 0;
+			}
+			continue;
+		}
+		if (deadline_ns != 0 && now >= deadline_ns) {
+			spin_unlock(&t->lock);
+			return ETIMEDOUT;
+		}
+		if ((w & WORD_WAITERS) ||
+		    atomic_compare_exchange_weak_explicit(
+			    &t->word, &w, w | WORD_WAITERS, memory_order_relaxed,
+			    memory_order_relaxed))
+			break;
+	}
+	/* Only the head at arrival spins: it is next, the others sleep. */
+	tw->w.spin = skip_insert(&t->queue, &tw->link);
+	atomic_fetch_add_explicit(&t->waiting, 1, memory_order_relaxed);
+	spin_unlock(&t->lock);
+	return EINPROGRESS;
+}
+
+/* The waiter gave up (timeout or cancel).  Under the lock, its own state
+ * says who won: a final state means a grant or a close unlinked it first —
+ * it must not be unlinked twice, and a grant is kept (0).  Otherwise it is
+ * still linked and unlinks itself; it never held a pass, so none is lost. */
+static int leave(ts_turnstile *t, struct turn_waiter *tw, int reason)
+{
+	ts_hook_at(TS_HOOK_LEAVING, t);
+	spin_lock(&t->lock);
+	uint32_t s = atomic_load_explicit(&tw->w.state, memory_order_acquire);
+	if (s < WAITER_FINAL) {
+		skip_remove(&t->queue, &tw->link);
+		atomic_fetch_sub_explicit(&t->waiting, 1, memory_order_relaxed);
+		if (!skip_first(&t->queue))
+			atomic_fetch_and_explicit(&t->word, ~WORD_WAITERS,
+						  memory_order_relaxed);
+	}
+	spin_unlock(&t->lock);
+	return s >= WAITER_FINAL ? (int)s : reason;
+}
+
+/* Out of line and cold, so the fast path stays a leaf with no frame. */
+__attribute__((noinline, cold)) static int wait_slow(ts_turnstile *t, const ts_claim *claim,
+		     int64_t deadline_ns, ts_cancel *cancel, ts_pass *pass)
+{
+	struct turn_waiter tw;
+
+	if (atomic_load_explicit(&t->word, memory_order_relaxed) & WORD_CLOSED)
+		return ESHUTDOWN;
+	if (cancel_fired_now(cancel))
+		return ECANCELED;
+	int64_t start = ts_now_ns();
+
+	tw.link.key = *claim;
+	waiter_init(&tw.w);
+	int r = enqueue(t, &tw, start, deadline_ns);
+	if (r == 0) {
+		pass->private_turnstile = t;
+		pass->private_waited_ns = ts_now_ns() - start;
+	}
+	if (r != EINPROGRESS)
+		return r;
+
+	if (cancel)
+		cancel_watch(cancel, &tw.w);
+	int outcome = waiter_park(&tw.w, WAITER_FINAL, deadline_ns, cancel);
+	if (cancel)
+		cancel_unwatch(cancel, &tw.w);
+	if (outcome < 0)
+		outcome = leave(t, &tw, outcome);
+
+	switch (outcome) {
+	case WAITER_GRANTED:
+		pass->private_turnstile = t;
+		pass->private_waited_ns = ts_now_ns() - start;
+		return 0;
+	case WAITER_CLOSED:
+		return ESHUTDOWN;
+	case WAITER_CANCELED:
+		return ECANCELED;
+	default:
+		return ETIMEDOUT;
+	}
+}
+
+TS_API int ts_turnstile_wait(ts_turnstile *t, const ts_claim *claim,
+			     int64_t deadline_ns, ts_cancel *cancel, ts_pass *pass)
+{
+	if (!pass)
+		return EINVAL;
+	if (!t || !claim) {
+		*pass = (ts_pass)TS_PASS_NONE;
+		return EINVAL;
+	}
+	if (cancel_fired_now(cancel))
+		goto slow; /* ECANCELED, unless closed: the slow path orders them */
+	/* Fast path: a free pass and nobody queued (see the invariant at the
+	 * top of this file); CLOSED in the word fails it too. */
+	uint64_t w = atomic_load_explicit(&t->word, memory_order_relaxed);
+	while (!(w & (WORD_WAITERS | WORD_CLOSED)) && word_available(w) > 0) {
+		if (atomic_compare_exchange_weak_explicit(&t->word, &w, w - WORD_UNIT,
+							  memory_order_acquire,
+							  memory_order_relaxed)) {
+			pass->private_turnstile = t;
+			pass->private_waited_ns = 0;
+			return 0;
+		}
+	}
+slow:
+	*pass = (ts_pass)TS_PASS_NONE;
+	return wait_slow(t, claim, deadline_ns, cancel, pass);
+}
+
+__attribute__((noinline, cold)) static void return_slow(ts_turnstile *t)
+{
+	struct wakeups wk;
+
+	wk.n = 0;
+
+	spin_lock(&t->lock);
+	atomic_fetch_add_explicit(&t->word, WORD_UNIT, memory_order_release);
+	drain(t, &wk);
+	spin_unlock(&t->lock);
+	wakeups_flush(&wk);
+}
+
+TS_API void ts_pass_return(ts_pass *p)
+{
+	if (!p || !p->private_turnstile)
+		return;
+	ts_turnstile *t = p->private_turnstile;
+	p->private_turnstile = NULL; /* unissued now: waited_ns is ignored */
+	uint64_t w = atomic_load_explicit(&t->word, memory_order_relaxed);
+	while (!(w & WORD_WAITERS)) {
+		if (atomic_compare_exchange_weak_explicit(&t->word, &w, w + WORD_UNIT,
+							  memory_order_release,
+							  memory_order_relaxed))
+			return;
+	}
+	return_slow(t);
+}
+
+TS_API bool ts_pass_issued(const ts_pass *p)
+{
+	return p && p->private_turnstile;
+}
+
+TS_API int64_t ts_pass_waited_ns(const ts_pass *p)
+{
+	return p && p->private_turnstile ? p->private_waited_ns : 0;
+}
+
+TS_API int ts_turnstile_resize(ts_turnstile *t, int64_t concurrency)
+{
+	struct wakeups wk;
+
+	wk.n = 0;
+
+	if (!t || concurrency < 0 || concurrency > TS_CONCURRENCY_MAX)
+		return EINVAL;
+	spin_lock(&t->lock);
+	/* Move by the delta: passes held now stay held and are not reissued. */
+	int64_t delta = concurrency - t->ceiling;
+	t->ceiling = concurrency;
+	atomic_fetch_add_explicit(&t->word, units(delta), memory_order_release);
+	if (!(atomic_load_explicit(&t->word, memory_order_relaxed) & WORD_CLOSED))
+		drain(t, &wk);
+	spin_unlock(&t->lock);
+	wakeups_flush(&wk);
+	return 0;
+}
+
+/* Set CLOSED and release every waiter with WAITER_CLOSED.  Each is unlinked
+ * here, so a waiter that timed out concurrently finds a final state in
+ * leave() and does not unlink itself a second time. */
+TS_API void ts_turnstile_close(ts_turnstile *t)
+{
+	struct wakeups wk;
+
+	wk.n = 0;
+	struct skip_node *n;
+
+	if (!t)
+		return;
+	spin_lock(&t->lock);
+	atomic_fetch_or_explicit(&t->word, WORD_CLOSED, memory_order_release);
+	while ((n = skip_first(&t->queue))) {
+		skip_remove(&t->queue, n);
+		atomic_fetch_sub_explicit(&t->waiting, 1, memory_order_relaxed);
+		wakeups_add(&wk, waiter_grant(&((struct turn_waiter *)n)->w,
+					      WAITER_CLOSED));
+	}
+	atomic_fetch_and_explicit(&t->word, ~WORD_WAITERS, memory_order_relaxed);
+	spin_unlock(&t->lock);
+	wakeups_flush(&wk);
+}
+
+TS_API bool ts_turnstile_closed(const ts_turnstile *t)
+{
+	return t && (atomic_load_explicit(&t->word, memory_order_acquire) & WORD_CLOSED);
+}
+
+TS_API void ts_turnstile_snapshot(const ts_turnstile *t, int64_t *available,
+				  int64_t *waiting)
+{
+	if (available)
+		*available = t ? word_available(atomic_load_explicit(
+					 &t->word, memory_order_relaxed))
+			       : 0;
+	if (waiting)
+		*waiting = t ? atomic_load_explicit(&t->waiting, memory_order_relaxed) : 0;
+}

@@ -1,0 +1,127 @@
+/* Private: a parked waiter — one futex word on the waiter's own stack.
+ *
+ * Used by the turnstile and the waitlist alike; the queue links live in the
+ * structure that embeds it.  The protocol, in one screen:
+ *
+ *   state  QUEUED ──(waiter, CAS)──> SLEEPING ──futex_wait──┐
+ *            ^                           │                   │
+ *            └───(cancel fire: nudge)────┘                   │
+ *   any non-final ──(granter, exchange, under queue lock)──> final outcome
+ *
+ * Ownership: while the node is linked in a queue, the queue's lock owns the
+ * links and only a holder of that lock may grant it.  The granter unlinks
+ * it, writes any payload, then publishes the outcome with ONE atomic
+ * exchange; after that exchange it never touches the node again, except
+ * futex_wake on its address (harmless if the frame is gone).  The exchange's
+ * old value says whether the waiter was asleep: only then is a wake needed.
+ * A waiter leaving on its own (timeout, cancel) takes the queue lock and
+ * reads its state: a final outcome means it was granted (or closed) first
+ * and it is no longer in the queue; otherwise it unlinks itself.
+ *
+ * Model: docs of this protocol's states are mirrored one for one in the
+ * comments of waiter.c.  How a granted waiter is told is this header's
+ * waiter_grant()/waiter_wake() pair and nothing else. */
+#ifndef TS_LIB_WAITER_H
+#define TS_LIB_WAITER_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <turnstile/cancel.h>
+
+#include "futex.h"
+
+enum {
+	WAITER_QUEUED = 0,   /* linked, owner running (maybe spinning) */
+	WAITER_SLEEPING = 1, /* linked, owner in (or entering) futex_wait */
+	WAITER_LOAD = 2,     /* waitlist only: given a creation slot, still linked */
+	WAITER_GRANTED = 3,  /* final: unlinked, pass or item handed over */
+	WAITER_CLOSED = 4,   /* final: unlinked by close */
+};
+#define WAITER_FINAL WAITER_GRANTED
+
+/* What waiter_park() returns besides a state >= WAITER_LOAD. */
+enum { WAITER_TIMEDOUT = -1, WAITER_CANCELED = -2 };
+
+struct ts_waiter_ {
+	_Atomic uint32_t state;
+	bool spin; /* may spin before parking (it is at or near the head) */
+	/* registration on a cancel token, guarded by the token's lock */
+	struct ts_waiter_ *cancel_prev, *cancel_next;
+};
+typedef struct ts_waiter_ waiter;
+
+static inline void waiter_init(waiter *w)
+{
+	atomic_init(&w->state, WAITER_QUEUED);
+	w->spin = false;
+	w->cancel_prev = w->cancel_next = NULL;
+}
+
+/* Wait until @w's state reaches at least @wake_at (WAITER_FINAL, or
+ * WAITER_LOAD where a creation slot should wake it), or the deadline passes
+ * (WAITER_TIMEDOUT), or @c fires (WAITER_CANCELED).  Spins first when
+ * w->spin, then parks.  The caller still owns the node when this returns
+ * a negative value: it must leave the queue under the queue's lock. */
+int waiter_park(waiter *w, uint32_t wake_at, int64_t deadline_ns,
+		const ts_cancel *c);
+
+/* Publish @outcome to @w.  Caller holds the lock of the queue @w was in and
+ * has unlinked it (or, for WAITER_LOAD, keeps it linked on purpose).  Returns
+ * the futex word to wake after unlocking, or NULL if the owner is awake and
+ * will see the outcome on its own.  From here on @w may vanish. */
+static inline _Atomic uint32_t *waiter_grant(waiter *w, uint32_t outcome)
+{
+	_Atomic uint32_t *word = &w->state;
+	if (atomic_exchange_explicit(word, outcome, memory_order_acq_rel) ==
+	    WAITER_SLEEPING)
+		return word;
+	return NULL;
+}
+
+static inline void waiter_wake(_Atomic uint32_t *word)
+{
+	if (word)
+		futex_wake(word, 1);
+}
+
+/* Wake-ups owed after a critical section that granted several waiters.
+ * Collected under the lock, issued after unlocking so nobody spins on the
+ * queue lock during a system call; a full batch is issued at once. */
+#define WAKE_BATCH 16
+struct wakeups {
+	int n;
+	_Atomic uint32_t *word[WAKE_BATCH];
+};
+
+static inline void wakeups_add(struct wakeups *wk, _Atomic uint32_t *word)
+{
+	if (!word)
+		return;
+	if (wk->n == WAKE_BATCH)
+		waiter_wake(word);
+	else
+		wk->word[wk->n++] = word;
+}
+
+static inline void wakeups_flush(struct wakeups *wk)
+{
+	for (int i = 0; i < wk->n; i++)
+		waiter_wake(wk->word[i]);
+	wk->n = 0;
+}
+
+/* Cancel-token registration (cancel.c): a registered waiter is nudged awake
+ * when the token fires.  Register before parking, unregister before the
+ * node's frame dies: the token's lock is what keeps the firer from touching
+ * a dead node. */
+void cancel_watch(ts_cancel *c, waiter *w);
+void cancel_unwatch(ts_cancel *c, waiter *w);
+
+static inline bool cancel_fired_now(const ts_cancel *c)
+{
+	return c && atomic_load_explicit(&c->private_fired, memory_order_seq_cst);
+}
+
+#endif

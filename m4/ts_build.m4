@@ -1,0 +1,25 @@
+# TS_WARNINGS: -Wall -Wextra always; --enable-werror (developer and CI
+# builds) turns warnings into errors.
+AC_DEFUN([TS_WARNINGS], [
+  AC_ARG_ENABLE([werror],
+    [AS_HELP_STRING([--enable-werror], [treat compiler warnings as errors])],
+    [], [enable_werror=no])
+  TS_WARN_CFLAGS="-Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter"
+  AS_IF([test "x$enable_werror" = xyes], [TS_WARN_CFLAGS="$TS_WARN_CFLAGS -Werror"])
+  AC_SUBST([TS_WARN_CFLAGS])
+])
+
+# TS_SANITIZER: --enable-sanitizer=address (ASan+UBSan) or =thread (TSan).
+AC_DEFUN([TS_SANITIZER], [
+  AC_ARG_ENABLE([sanitizer],
+    [AS_HELP_STRING([--enable-sanitizer=KIND],
+      [build with sanitizers: address (ASan+UBSan) or thread (TSan)])],
+    [], [enable_sanitizer=no])
+  AS_CASE([$enable_sanitizer],
+    [no], [TS_SAN_CFLAGS=""],
+    [address], [TS_SAN_CFLAGS="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"],
+    [thread], [TS_SAN_CFLAGS="-fsanitize=thread -fno-omit-frame-pointer"],
+    [AC_MSG_ERROR([--enable-sanitizer takes address or thread, not $enable_sanitizer])])
+  AC_SUBST([TS_SAN_CFLAGS])
+  AM_CONDITIONAL([SANITIZE_THREAD], [test "x$enable_sanitizer" = xthread])
+])

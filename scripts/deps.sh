@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Install the Debian packages the build, tests and benchmarks need, when
+# any is missing.  Needs root (or sudo) only when something must be installed.
+set -euo pipefail
+
+packages=(build-essential autoconf automake libtool pkg-config
+	  liburcu-dev libcriterion-dev gnuplot-nox valgrind)
+
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"

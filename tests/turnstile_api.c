@@ -1,0 +1,201 @@
+/* Single-caller behaviour of the turnstile API: bad input, precedence of
+ * closed / cancel / free pass / deadline, returns, snapshots. */
+#include <errno.h>
+
+#include "testutil.h"
+
+static const ts_claim claim = { 0, 0, 0 };
+
+Test(turnstile_api, bad_input_is_einval_not_a_crash)
+{
+	ts_pass p = TS_PASS_NONE;
+
+	errno = 0;
+	cr_assert_null(ts_turnstile_new(-1));
+	cr_assert_eq(errno, EINVAL);
+	errno = 0;
+	cr_assert_null(ts_turnstile_new(TS_CONCURRENCY_MAX + 1));
+	cr_assert_eq(errno, EINVAL);
+
+	ts_turnstile *t = ts_turnstile_new(1);
+	cr_assert_not_null(t);
+	cr_assert_eq(ts_turnstile_wait(NULL, &claim, 0, NULL, &p), EINVAL);
+	cr_assert_eq(ts_turnstile_wait(t, NULL, 0, NULL, &p), EINVAL);
+	cr_assert_eq(ts_turnstile_wait(t, &claim, 0, NULL, NULL), EINVAL);
+	cr_assert_not(ts_pass_issued(&p));
+	cr_assert_eq(ts_turnstile_resize(NULL, 1), EINVAL);
+	cr_assert_eq(ts_turnstile_resize(t, -1), EINVAL);
+	cr_assert_eq(ts_turnstile_resize(t, TS_CONCURRENCY_MAX + 1), EINVAL);
+	cr_assert_eq(available(t), 1, "a refused resize changed nothing");
+
+	ts_turnstile_close(NULL);
+	cr_assert_not(ts_turnstile_closed(NULL));
+	int64_t a = 5, w = 5;
+	ts_turnstile_snapshot(NULL, &a, &w);
+	cr_assert(a == 0 && w == 0);
+	ts_pass_return(NULL);
+	cr_assert_not(ts_pass_issued(NULL));
+	cr_assert_eq(ts_pass_waited_ns(NULL), 0);
+	ts_cancel_fire(NULL);
+	cr_assert_not(ts_cancel_fired(NULL));
+	ts_turnstile_free(NULL);
+	ts_turnstile_free(t);
+}
+
+Test(turnstile_api, double_return_and_unissued_return_change_nothing)
+{
+	ts_turnstile *t = ts_turnstile_new(1);
+	ts_pass p, none = TS_PASS_NONE;
+
+	cr_assert_eq(ts_turnstile_wait(t, &claim, 0, NULL, &p), 0);
+	cr_assert(ts_pass_issued(&p));
+	cr_assert_eq(available(t), 0);
+	ts_pass_return(&p);
+	cr_assert_not(ts_pass_issued(&p));
+	cr_assert_eq(available(t), 1);
+	ts_pass_return(&p);
+	ts_pass_return(&none);
+	cr_assert_eq(available(t), 1, "a second return issued a phantom pass");
+	ts_turnstile_free(t);
+}
+
+Test(turnstile_api, deadline_now_takes_a_free_pass_or_times_out_at_once)
+{
+	ts_turnstile *t = ts_turnstile_new(1);
+	ts_pass p1, p2;
+
+	cr_assert_eq(ts_turnstile_wait(t, &claim, TS_DEADLINE_NOW, NULL, &p1), 0);
+	cr_assert_eq(ts_pass_waited_ns(&p1), 0, "uncontended pass did not queue");
+	cr_assert_eq(ts_turnstile_wait(t, &claim, TS_DEADLINE_NOW, NULL, &p2), ETIMEDOUT);
+	cr_assert_not(ts_pass_issued(&p2));
+	cr_assert_eq(queued(t), 0, "a refused try left a node in the queue");
+	ts_pass_return(&p1);
+	cr_assert_eq(available(t), 1);
+	ts_turnstile_free(t);
+}
+
+Test(turnstile_api, deadline_ends_a_real_wait_and_reports_time)
+{
+	ts_turnstile *t = ts_turnstile_new(1);
+	ts_pass held, p;
+
+	cr_assert_eq(ts_turnstile_wait(t, &claim, 0, NULL, &held), 0);
+	int64_t start = ts_now_ns();
+	cr_assert_eq(ts_turnstile_wait(t, &claim, in_ms(20), NULL, &p), ETIMEDOUT);
+	cr_assert_geq(ts_now_ns() - start, 20 * 1000000 - 1000000);
+	cr_assert_eq(queued(t), 0);
+	ts_pass_return(&held);
+	cr_assert_eq(available(t), 1, "the pass returned after a timeout was lost");
+	ts_turnstile_free(t);
+}
+
+Test(turnstile_api, fired_cancel_fails_even_with_free_passes)
+{
+	ts_turnstile *t = ts_turnstile_new(4);
+	ts_cancel c = TS_CANCEL_INIT;
+	ts_pass p;
+
+	ts_cancel_fire(&c);
+	ts_cancel_fire(&c); /* idempotent */
+	cr_assert(ts_cancel_fired(&c));
+	cr_assert_eq(ts_turnstile_wait(t, &claim, 0, &c, &p), ECANCELED);
+	cr_assert_not(ts_pass_issued(&p));
+	cr_assert_eq(available(t), 4);
+	ts_cancel_destroy(&c);
+	ts_turnstile_free(t);
+}
+
+Test(turnstile_api, closed_takes_precedence_over_cancel_and_free_passes)
+{
+	ts_turnstile *t = ts_turnstile_new(2);
+	ts_cancel c;
+	ts_pass p;
+
+	ts_cancel_init(&c);
+	ts_cancel_fire(&c);
+	ts_turnstile_close(t);
+	cr_assert(ts_turnstile_closed(t));
+	cr_assert_eq(ts_turnstile_wait(t, &claim, 0, &c, &p), ESHUTDOWN);
+	cr_assert_eq(ts_turnstile_wait(t, &claim, 0, NULL, &p), ESHUTDOWN);
+	ts_turnstile_free(t);
+}
+
+Test(turnstile_api, snapshot_reports_free_and_queued)
+{
+	ts_turnstile *t = ts_turnstile_new(3);
+	ts_pass p[3];
+	int64_t a, w;
+
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(ts_turnstile_wait(t, &claim, 0, NULL, &p[i]), 0);
+	ts_turnstile_snapshot(t, &a, &w);
+	cr_assert(a == 0 && w == 0);
+	cr_assert_eq(ts_turnstile_resize(t, 1), 0);
+	ts_turnstile_snapshot(t, &a, NULL);
+	cr_assert_eq(a, -2);
+	for (int i = 0; i < 3; i++)
+		ts_pass_return(&p[i]);
+	cr_assert_eq(available(t), 1);
+	ts_turnstile_free(t);
+}
+
+/* A cancel token wakes every wait that uses it, across turnstiles. */
+struct cancel_arg {
+	ts_turnstile *t;
+	ts_cancel *c;
+	int result;
+	ts_pass pass;
+};
+
+static void *wait_with_cancel(void *p)
+{
+	struct cancel_arg *a = p;
+	a->result = ts_turnstile_wait(a->t, &claim, 0, a->c, &a->pass);
+	return NULL;
+}
+
+Test(turnstile_api, firing_a_cancel_wakes_every_wait_using_it)
+{
+	ts_turnstile *t1 = ts_turnstile_new(0), *t2 = ts_turnstile_new(0);
+	ts_cancel c = TS_CANCEL_INIT;
+	struct cancel_arg args[4];
+	pthread_t th[4];
+
+	for (int i = 0; i < 4; i++) {
+		args[i] = (struct cancel_arg){ i % 2 ? t2 : t1, &c, -1, TS_PASS_NONE };
+		start_thread(&th[i], wait_with_cancel, &args[i]);
+	}
+	WAIT_FOR(queued(t1) == 2 && queued(t2) == 2);
+	ts_cancel_fire(&c);
+	for (int i = 0; i < 4; i++) {
+		join_bounded(th[i]);
+		cr_assert_eq(args[i].result, ECANCELED);
+	}
+	cr_assert(queued(t1) == 0 && queued(t2) == 0);
+	ts_cancel_destroy(&c);
+	ts_turnstile_free(t1);
+	ts_turnstile_free(t2);
+}
+
+Test(turnstile_api, waited_ns_counts_from_joining_the_queue)
+{
+	ts_turnstile *t = ts_turnstile_new(1);
+	ts_pass held;
+	struct cancel_arg a = { t, NULL, -1, TS_PASS_NONE };
+	pthread_t th;
+
+	cr_assert_eq(ts_turnstile_wait(t, &claim, 0, NULL, &held), 0);
+	start_thread(&th, wait_with_cancel, &a);
+	WAIT_FOR(queued(t) == 1);
+	int64_t queued_at = ts_now_ns();
+	while (ts_now_ns() - queued_at < 2000000)
+		sched_yield(); /* let measurable time pass: this is the quantity under test */
+	ts_pass_return(&held);
+	join_bounded(th);
+	cr_assert_eq(a.result, 0);
+	cr_assert_geq(ts_pass_waited_ns(&a.pass), 2000000);
+	cr_assert_lt(ts_pass_waited_ns(&a.pass), TEST_PATIENCE_NS);
+	ts_pass_return(&a.pass);
+	cr_assert_eq(available(t), 1);
+	ts_turnstile_free(t);
+}
