@@ -2,6 +2,9 @@
  *   turnstile/common.h     clock, deadlines, export macro
  *   turnstile/cancel.h     cancel tokens
  *   turnstile/turnstile.h  bounded, ordered admission (turnstile, pass, claim)
+ *   turnstile/set.h        one turnstile per shard, lock-free lookup
+ *   turnstile/job.h        a job's claim across calls; ts_wait_turn
+ *   turnstile/gate.h       a job's first turn, before pickup
  */
 #ifndef TURNSTILE_H
 #define TURNSTILE_H
@@ -9,5 +12,8 @@
 #include <turnstile/common.h>
 #include <turnstile/cancel.h>
 #include <turnstile/turnstile.h>
+#include <turnstile/set.h>
+#include <turnstile/job.h>
+#include <turnstile/gate.h>
 
 #endif

@@ -17,6 +17,8 @@ enum ts_hook_point {
 	/* a waitlist loader's load returned and it is about to hand the item
 	 * out (obj: the waitlist) */
 	TS_HOOK_LOADED,
+	/* a parked waiter's futex_wait returned (obj: its futex word) */
+	TS_HOOK_WOKEN,
 };
 
 typedef void (*ts_hook_fn)(enum ts_hook_point point, void *obj);

@@ -1,18 +1,5 @@
 /* Turnstile: bounded admission in (band, since, seq, arrival) order.
- *
- * State is one atomic word plus a spinlock-guarded skiplist of waiters:
- *
- *   word = available << 2 | CLOSED | WAITERS      (available is signed)
- *
- * INVARIANT (no barging): WAITERS is set exactly when the queue is
- * non-empty, and both change only under the lock.  Every operation that
- * raises `available` under the lock drains waiters while it is positive
- * (drain()), so whenever the lock is free, WAITERS implies available <= 0.
- * The lock-free fast paths act only on a word WITHOUT the WAITERS bit, and
- * do so by CAS on the whole word: a fast acquire can therefore never take a
- * pass while anyone is queued, and a fast release can never add a pass that
- * a queued waiter should have had — a concurrent enqueue sets WAITERS and
- * makes their CAS fail, sending them to the locked path. */
+ * The state word and its no-barging invariant: turnstile_impl.h. */
 #include <turnstile/turnstile.h>
 
 #include <errno.h>
@@ -21,30 +8,14 @@
 #include "hook.h"
 #include "skiplist.h"
 #include "spinlock.h"
+#include "turnstile_impl.h"
 #include "waiter.h"
-
-#define WORD_WAITERS ((uint64_t)1)
-#define WORD_CLOSED ((uint64_t)2)
-#define WORD_UNIT ((uint64_t)4)
-
-struct ts_turnstile {
-	_Alignas(64) _Atomic uint64_t word; /* alone on its line: the fast path */
-	_Alignas(64) _Atomic int lock;
-	int64_t ceiling;              /* under lock */
-	_Atomic int64_t waiting;      /* queue length, for snapshots */
-	struct skiplist queue;        /* under lock */
-};
 
 /* A queued caller: its skiplist links and its futex word, on its stack. */
 struct turn_waiter {
 	struct skip_node link;
 	waiter w;
 };
-
-static inline int64_t word_available(uint64_t w)
-{
-	return (int64_t)w >> 2; /* arithmetic shift: gcc and clang define it */
-}
 
 static inline uint64_t units(int64_t n)
 {
@@ -154,7 +125,7 @@ static int leave(ts_turnstile *t, struct turn_waiter *tw, int reason)
 }
 
 /* Out of line and cold, so the fast path stays a leaf with no frame. */
-__attribute__((noinline, cold)) static int wait_slow(ts_turnstile *t, const ts_claim *claim,
+__attribute__((noinline, cold)) int turnstile_wait_slow(ts_turnstile *t, const ts_claim *claim,
 		     int64_t deadline_ns, ts_cancel *cancel, ts_pass *pass)
 {
 	struct turn_waiter tw;
@@ -206,23 +177,10 @@ TS_API int ts_turnstile_wait(ts_turnstile *t, const ts_claim *claim,
 		*pass = (ts_pass)TS_PASS_NONE;
 		return EINVAL;
 	}
-	if (cancel_fired_now(cancel))
-		goto slow; /* ECANCELED, unless closed: the slow path orders them */
-	/* Fast path: a free pass and nobody queued (see the invariant at the
-	 * top of this file); CLOSED in the word fails it too. */
-	uint64_t w = atomic_load_explicit(&t->word, memory_order_relaxed);
-	while (!(w & (WORD_WAITERS | WORD_CLOSED)) && word_available(w) > 0) {
-		if (atomic_compare_exchange_weak_explicit(&t->word, &w, w - WORD_UNIT,
-							  memory_order_acquire,
-							  memory_order_relaxed)) {
-			pass->private_turnstile = t;
-			pass->private_waited_ns = 0;
-			return 0;
-		}
-	}
-slow:
+	if (turnstile_take_fast(t, cancel, pass))
+		return 0;
 	*pass = (ts_pass)TS_PASS_NONE;
-	return wait_slow(t, claim, deadline_ns, cancel, pass);
+	return turnstile_wait_slow(t, claim, deadline_ns, cancel, pass);
 }
 
 __attribute__((noinline, cold)) static void return_slow(ts_turnstile *t)

@@ -3,6 +3,7 @@
 
 #include <turnstile/common.h>
 
+#include "hook.h"
 #include "spinlock.h"
 
 /* How long a waiter at the head of its queue spins before parking.  Waking
@@ -72,5 +73,6 @@ int waiter_park(waiter *w, uint32_t wake_at, int64_t deadline_ns,
 		if (deadline_ns != 0 && expired(deadline_ns, ts_now_ns()))
 			return WAITER_TIMEDOUT;
 		futex_wait(&w->state, WAITER_SLEEPING, deadline_ns);
+		ts_hook_at(TS_HOOK_WOKEN, &w->state);
 	}
 }

@@ -1,0 +1,36 @@
+/* libturnstile — gate: a job's FIRST turn, taken before work is picked up.
+ *
+ * For a worker pool that sizes itself by watching whether workers are
+ * blocked: a worker takes its turn before it takes the work, so a blocked
+ * worker holds no work (it reads as idle, and the work stays visible to
+ * others).  The turn is the job's first: the claim stamped at pickup
+ * orders every later turn of the job.
+ */
+#ifndef TURNSTILE_GATE_H
+#define TURNSTILE_GATE_H
+
+#include <turnstile/common.h>
+#include <turnstile/job.h>
+#include <turnstile/set.h>
+
+/* Small, returned by value; members are private. */
+typedef struct ts_gate {
+	ts_set *private_set;
+	int private_priority;
+} ts_gate;
+
+/* ts_set_gate - a gate over @s admitting at band @priority. */
+TS_API ts_gate ts_set_gate(ts_set *s, int priority);
+
+/* ts_gate_acquire - stamp a fresh claim into @job (the gate's band,
+ * @shard, since = now, a new seq; a deadline or cancel already set on the
+ * job is kept and honoured) and wait for its turn into *pass.
+ * Returns false only when the set is closed — checked before waiting (a
+ * closed set admits nobody) and after (a close is what released the
+ * caller: stop); *pass is then unissued.  On an expired deadline, a fired
+ * cancel or an unsized shard it returns true with the unissued pass
+ * (proceed unordered).  NULL @g, @job or @pass: false.  Thread-safe for
+ * distinct jobs. */
+TS_API bool ts_gate_acquire(const ts_gate *g, ts_job *job, int shard, ts_pass *pass);
+
+#endif

@@ -1,0 +1,70 @@
+/* Jobs: a claim stamped once, and ts_wait_turn's fail-open turn. */
+#include <turnstile/job.h>
+
+#include <stdatomic.h>
+
+#include "turnstile_impl.h"
+
+/* Process-wide and 64-bit: two jobs never share a seq, and it never wraps
+ * (at one stamp per nanosecond it would take 584 years). */
+static _Atomic uint64_t next_seq = 1;
+
+TS_API void ts_set_prioritize(ts_set *s, ts_job *job, int shard, int priority)
+{
+	if (!s || !job)
+		return;
+	if (!job->private_stamped) {
+		job->private_claim.since_ns = ts_now_ns();
+		job->private_claim.seq =
+			atomic_fetch_add_explicit(&next_seq, 1, memory_order_relaxed);
+		job->private_stamped = true;
+	}
+	job->private_claim.priority = priority;
+	job->private_set = s;
+	job->private_shard = shard < 0 ? -1 : shard;
+	atomic_store_explicit(&job->private_turnstile, NULL, memory_order_relaxed);
+}
+
+TS_API void ts_job_set_deadline(ts_job *job, int64_t deadline_ns)
+{
+	if (job)
+		job->private_deadline_ns = deadline_ns;
+}
+
+TS_API void ts_job_set_cancel(ts_job *job, ts_cancel *cancel)
+{
+	if (job)
+		job->private_cancel = cancel;
+}
+
+TS_API ts_claim ts_job_claim(const ts_job *job)
+{
+	if (!job || !job->private_stamped)
+		return (ts_claim){ 0, 0, 0 };
+	return job->private_claim;
+}
+
+/* The turnstile found for the job's shard is cached in the job: a set never
+ * removes a turnstile before ts_set_free, so the pointer cannot go stale,
+ * and re-pointing the job clears it.  Several threads may fill the cache at
+ * once; they store the same value, atomically. */
+TS_API ts_pass ts_wait_turn(ts_job *job)
+{
+	ts_pass pass = TS_PASS_NONE;
+
+	if (!job || !job->private_stamped || job->private_shard < 0)
+		return pass;
+	ts_turnstile *t = atomic_load_explicit(&job->private_turnstile, memory_order_relaxed);
+	if (!t) {
+		t = ts_set_turnstile(job->private_set, job->private_shard);
+		if (!t)
+			return pass; /* unsized shard: fail open */
+		atomic_store_explicit(&job->private_turnstile, t, memory_order_relaxed);
+	}
+	if (turnstile_take_fast(t, job->private_cancel, &pass))
+		return pass;
+	/* Any refusal (deadline, cancel, closed) leaves the pass unissued. */
+	turnstile_wait_slow(t, &job->private_claim, job->private_deadline_ns,
+			    job->private_cancel, &pass);
+	return pass;
+}
