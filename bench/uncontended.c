@@ -18,6 +18,8 @@
 
 #include <turnstile.h>
 
+#include "mutex_pool.h"
+#include "sem_pool.h"
 #include "stats.h"
 
 static ts_turnstile *turnstile;
@@ -27,6 +29,9 @@ static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
 static sem_t sem;
 static _Atomic long counter;
 static const ts_claim claim = { 0, 0, 0 };
+static ts_waitlist *waitlist;
+static struct mutex_pool mpool;
+static struct sem_pool spool;
 
 static void run_turnstile(long n)
 {
@@ -53,6 +58,28 @@ static void run_set_lookup(long n)
 	for (long i = 0; i < n; i++)
 		if (!ts_set_turnstile(set, (int)(i & 7)))
 			abort();
+}
+
+static void run_waitlist(long n)
+{
+	for (long i = 0; i < n; i++) {
+		void *item;
+		if (ts_waitlist_take(waitlist, &item, NULL, NULL, 0, NULL) != 0)
+			abort();
+		ts_waitlist_put(waitlist, item);
+	}
+}
+
+static void run_mutex_pool(long n)
+{
+	for (long i = 0; i < n; i++)
+		mutex_pool_put(&mpool, mutex_pool_take(&mpool));
+}
+
+static void run_sem_pool(long n)
+{
+	for (long i = 0; i < n; i++)
+		sem_pool_put(&spool, sem_pool_take(&spool));
 }
 
 static void run_mutex(long n)
@@ -89,6 +116,9 @@ static const struct impl {
 	{ "pthread_mutex", run_mutex },
 	{ "sem_t", run_sem },
 	{ "atomic_pair", run_atomic },
+	{ "waitlist", run_waitlist },
+	{ "mutex_pool", run_mutex_pool },
+	{ "sem_pool", run_sem_pool },
 };
 #define N_IMPLS (sizeof(impls) / sizeof(impls[0]))
 
@@ -129,6 +159,13 @@ int main(int argc, char **argv)
 	for (int shard = 0; shard < 8; shard++)
 		ts_set_resize(set, shard, 1);
 	ts_set_prioritize(set, &job, 0, 0);
+	waitlist = ts_waitlist_new(1, 0);
+	mutex_pool_init(&mpool, 1);
+	sem_pool_init(&spool, 1);
+	void *token = &token;
+	ts_waitlist_put(waitlist, token);
+	mutex_pool_put(&mpool, token);
+	sem_pool_put(&spool, token);
 	sem_init(&sem, 0, 1);
 
 	if (count) {
@@ -160,5 +197,8 @@ int main(int argc, char **argv)
 		       median(ns[k], repeats) / base, repeats, iters);
 	ts_turnstile_free(turnstile);
 	ts_set_free(set);
+	ts_waitlist_free(waitlist);
+	mutex_pool_destroy(&mpool);
+	sem_pool_destroy(&spool);
 	return 0;
 }

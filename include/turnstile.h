@@ -5,6 +5,7 @@
  *   turnstile/set.h        one turnstile per shard, lock-free lookup
  *   turnstile/job.h        a job's claim across calls; ts_wait_turn
  *   turnstile/gate.h       a job's first turn, before pickup
+ *   turnstile/waitlist.h   FIFO-fair pool of reusable items
  */
 #ifndef TURNSTILE_H
 #define TURNSTILE_H
@@ -15,5 +16,6 @@
 #include <turnstile/set.h>
 #include <turnstile/job.h>
 #include <turnstile/gate.h>
+#include <turnstile/waitlist.h>
 
 #endif

@@ -187,7 +187,7 @@ __attribute__((noinline, cold)) static void return_slow(ts_turnstile *t)
 {
 	struct wakeups wk;
 
-	wk.n = 0;
+	wakeups_init(&wk);
 
 	spin_lock(&t->lock);
 	atomic_fetch_add_explicit(&t->word, WORD_UNIT, memory_order_release);
@@ -226,7 +226,7 @@ TS_API int ts_turnstile_resize(ts_turnstile *t, int64_t concurrency)
 {
 	struct wakeups wk;
 
-	wk.n = 0;
+	wakeups_init(&wk);
 
 	if (!t || concurrency < 0 || concurrency > TS_CONCURRENCY_MAX)
 		return EINVAL;
@@ -249,7 +249,7 @@ TS_API void ts_turnstile_close(ts_turnstile *t)
 {
 	struct wakeups wk;
 
-	wk.n = 0;
+	wakeups_init(&wk);
 	struct skip_node *n;
 
 	if (!t)

@@ -95,6 +95,12 @@ struct wakeups {
 	_Atomic uint32_t *word[WAKE_BATCH];
 };
 
+/* Only the count: the batch itself is written as it fills. */
+static inline void wakeups_init(struct wakeups *wk)
+{
+	wk->n = 0;
+}
+
 static inline void wakeups_add(struct wakeups *wk, _Atomic uint32_t *word)
 {
 	if (!word)

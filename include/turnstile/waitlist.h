@@ -1,0 +1,83 @@
+/* libturnstile — waitlist: a FIFO-fair pool of reusable items.
+ *
+ * For resources that are expensive to create (database connections,
+ * handles) where fairness matters and creation must be capped: waiters are
+ * served strictly in arrival order, ready items are reused LIFO (the warm
+ * one first), and items are created lazily by the caller's own `load`, on
+ * its own thread and outside every lock, never more than `max_items` at a
+ * time.  It trades some throughput for predictable latency and a hard cap.
+ *
+ * An item handed to a waiter whose wait ends at that instant (deadline,
+ * cancel) is never lost and never given twice: whichever lands first under
+ * the pool's lock wins, and an item that reached the waiter before it left
+ * the queue is a success.
+ */
+#ifndef TURNSTILE_WAITLIST_H
+#define TURNSTILE_WAITLIST_H
+
+#include <turnstile/common.h>
+#include <turnstile/cancel.h>
+
+typedef struct ts_waitlist ts_waitlist;
+
+/* Creates one item: 0 and *item, or a positive errno value (the item is
+ * then not created and its creation slot is freed). */
+typedef int (*ts_load_fn)(void *arg, void **item);
+
+/* ts_waitlist_new - an empty, open pool creating at most @max_items items
+ * and letting at most @max_waiters callers wait (0: no limit for either).
+ * NULL with errno ENOMEM. */
+TS_API ts_waitlist *ts_waitlist_new(size_t max_items, size_t max_waiters);
+
+/* ts_waitlist_free - destroy @w.  Nobody may be inside.  Items still ready
+ * are NOT destroyed: drain them first (ts_waitlist_try_take) if they own
+ * resources.  NULL: no-op. */
+TS_API void ts_waitlist_free(ts_waitlist *w);
+
+/* ts_waitlist_take - get an item into *item.
+ *
+ * In this order: a ready item is returned at once (0), whatever the
+ * deadline, cancel or closed state; else closed (ESHUTDOWN); else @cancel
+ * fired (ECANCELED); else @deadline_ns passed (ETIMEDOUT) — neither calls
+ * @load; else @max_waiters already waiting (EAGAIN); else the caller joins
+ * the FIFO queue and, if fewer than @max_items exist, creates one with
+ * @load(@load_arg) on its own thread outside every lock.  A created item is
+ * handed out in FIFO order: to the longest waiter, which may be the caller.
+ * While queued the caller may be handed an item (0), time out (ETIMEDOUT),
+ * be cancelled (ECANCELED), be closed out (ESHUTDOWN), or be given a
+ * creation slot freed by a failed load or a discard (then it loads).
+ * A failed load returns its own error to the caller that ran it, unless an
+ * item reached that caller meanwhile (then 0); a loader whose pool closes
+ * keeps the item it made (0).  @load NULL: items are NULL tokens.
+ * EINVAL: @w or @item NULL.  *item is NULL unless 0 is returned.
+ * Thread-safe; no allocation on the wait path (the ready stack may grow). */
+TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
+			    void *load_arg, int64_t deadline_ns, ts_cancel *cancel);
+
+/* ts_waitlist_try_take - a ready item, if there is one (even when closed).
+ * Never creates or waits.  NULL @w or @item: false. */
+TS_API bool ts_waitlist_try_take(ts_waitlist *w, void **item);
+
+/* ts_waitlist_put - hand @item back: to the longest waiter if any, else
+ * onto the ready stack.  false when closed (or out of memory growing the
+ * stack): the caller keeps @item.  Thread-safe; never blocks.  NULL @w:
+ * false. */
+TS_API bool ts_waitlist_put(ts_waitlist *w, void *item);
+
+/* ts_waitlist_discard - the caller destroyed an item it held (a broken
+ * connection): its creation slot is freed and goes to the longest waiter,
+ * which then creates a replacement.  Thread-safe.  NULL: no-op. */
+TS_API void ts_waitlist_discard(ts_waitlist *w);
+
+/* ts_waitlist_close - wake every waiter with ESHUTDOWN; later puts return
+ * false; ready items stay drainable.  Idempotent, thread-safe.  NULL:
+ * no-op. */
+TS_API void ts_waitlist_close(ts_waitlist *w);
+
+/* ts_waitlist_stats - creation slots in use (created minus discarded and
+ * failed), items ready, callers waiting; instantaneous.  Any out-pointer
+ * may be NULL.  Thread-safe.  NULL @w: zeros. */
+TS_API void ts_waitlist_stats(const ts_waitlist *w, size_t *created, size_t *ready,
+			      size_t *waiting);
+
+#endif

@@ -1,0 +1,82 @@
+/* Waiters are served strictly FIFO; ready items are reused LIFO. */
+#include <errno.h>
+
+#include "takers.h"
+
+#define N 12
+
+Test(waitlist_order, queued_takers_receive_puts_in_arrival_order)
+{
+	ts_waitlist *w = ts_waitlist_new(1, 0);
+	void *only;
+
+	atomic_store(&n_took, 0);
+	cr_assert_eq(ts_waitlist_take(w, &only, counting_load, NULL, 0, NULL), 0);
+	for (int i = 0; i < N; i++)
+		start_taker(i, w, counting_load, NULL, (size_t)i + 1);
+	for (int k = 0; k < N; k++) {
+		cr_assert(ts_waitlist_put(w, (void *)(intptr_t)(k + 1)));
+		WAIT_FOR(atomic_load(&n_took) == k + 1);
+	}
+	for (int i = 0; i < N; i++) {
+		join_bounded(takers[i].th);
+		cr_assert_eq(takers[i].result, 0);
+		cr_assert_eq((intptr_t)takers[i].item, i + 1,
+			     "taker %d got put #%ld", i, (long)(intptr_t)takers[i].item);
+	}
+	cr_assert_eq(list_created(w), 1, "a queued taker created past max_items");
+	ts_waitlist_free(w);
+}
+
+Test(waitlist_order, ready_items_are_reused_last_in_first_out)
+{
+	ts_waitlist *w = ts_waitlist_new(0, 0);
+	void *item;
+
+	for (intptr_t i = 1; i <= 3; i++)
+		cr_assert(ts_waitlist_put(w, (void *)i));
+	cr_assert_eq(list_ready(w), 3);
+	for (intptr_t i = 3; i >= 1; i--) {
+		cr_assert_eq(ts_waitlist_take(w, &item, NULL, NULL, 0, NULL), 0);
+		cr_assert_eq((intptr_t)item, i);
+	}
+	cr_assert(ts_waitlist_put(w, (void *)7));
+	cr_assert(ts_waitlist_try_take(w, &item));
+	cr_assert_eq((intptr_t)item, 7);
+	cr_assert_not(ts_waitlist_try_take(w, &item));
+	ts_waitlist_free(w);
+}
+
+/* A created item goes to the oldest taker: here an earlier taker, not its
+ * maker. */
+static _Atomic int release_load;
+static int gated_load(void *arg, void **item)
+{
+	while (!atomic_load(&release_load))
+		sched_yield();
+	*item = arg;
+	return 0;
+}
+
+Test(waitlist_order, a_created_item_goes_to_the_oldest_taker)
+{
+	ts_waitlist *w = ts_waitlist_new(2, 0);
+	void *held;
+
+	atomic_store(&n_took, 0);
+	atomic_store(&release_load, 0);
+	cr_assert_eq(ts_waitlist_take(w, &held, counting_load, NULL, 0, NULL), 0);
+	/* taker 0 makes item A (slow); taker 1 finds no slot and waits */
+	start_taker(0, w, gated_load, (void *)0xA, 1);
+	start_taker(1, w, gated_load, (void *)0xB, 2);
+	cr_assert(ts_waitlist_put(w, held)); /* reaches taker 0, the oldest */
+	WAIT_FOR(atomic_load(&n_took) == 0 && list_waiting(w) == 1);
+	atomic_store(&release_load, 1);
+	/* taker 0 returns the put item; its made item A goes to taker 1 */
+	join_bounded(takers[0].th);
+	join_bounded(takers[1].th);
+	cr_assert_eq(takers[0].item, held);
+	cr_assert_eq(takers[1].item, (void *)0xA);
+	cr_assert_eq(list_created(w), 2);
+	ts_waitlist_free(w);
+}

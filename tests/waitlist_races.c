@@ -1,0 +1,316 @@
+/* Items racing timeouts, cancels, closes and freed slots.  Forced first,
+ * through the test hook at the instant a taker that gave up is about to
+ * take the lock to leave; then a conservation storm: tagged items, tiny
+ * deadlines, random cancels, failing loads, discards — at the end every
+ * live item is ready exactly once and none was ever held twice. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hook.h"
+#include "takers.h"
+
+enum action { ACT_NONE, ACT_PUT, ACT_CLOSE, ACT_DISCARD, ACT_DISCARD_THEN_PUT };
+static ts_waitlist *target;
+static void *to_put;
+static _Atomic int action, fired;
+
+static void race_hook(enum ts_hook_point point, void *obj)
+{
+	if (point != TS_HOOK_LEAVING || obj != target)
+		return;
+	switch (atomic_exchange(&action, ACT_NONE)) {
+	case ACT_PUT:
+		ts_waitlist_put(target, to_put);
+		break;
+	case ACT_CLOSE:
+		ts_waitlist_close(target);
+		break;
+	case ACT_DISCARD:
+		ts_waitlist_discard(target);
+		break;
+	case ACT_DISCARD_THEN_PUT:
+		ts_waitlist_discard(target);
+		ts_waitlist_put(target, to_put);
+		break;
+	default:
+		return;
+	}
+	atomic_fetch_add(&fired, 1);
+}
+
+static ts_waitlist *armed(size_t max_items, enum action act)
+{
+	target = ts_waitlist_new(max_items, 0);
+	atomic_store(&fired, 0);
+	atomic_store(&action, act);
+	atomic_store(&ts_hook, race_hook);
+	return target;
+}
+
+static void disarm(void)
+{
+	atomic_store(&ts_hook, NULL);
+}
+
+Test(waitlist_races, an_item_reaching_a_timed_out_taker_before_it_leaves_is_a_success)
+{
+	ts_waitlist *w = armed(1, ACT_PUT);
+	void *item;
+
+	cr_assert_eq(ts_waitlist_take(w, &to_put, counting_load, NULL, 0, NULL), 0);
+	int r = ts_waitlist_take(w, &item, counting_load, NULL, in_ms(5), NULL);
+	disarm();
+	cr_assert_eq(atomic_load(&fired), 1, "the race was not forced");
+	cr_assert_eq(r, 0, "an item that reached the taker was thrown away");
+	cr_assert_eq(item, to_put);
+	cr_assert_eq(list_waiting(w), 0);
+	cr_assert_eq(list_ready(w), 0, "the item was given twice");
+	ts_waitlist_free(w);
+}
+
+static void *fire_when_queued(void *p)
+{
+	ts_cancel *c = p;
+	int64_t end = ts_now_ns() + TEST_PATIENCE_NS;
+	while (list_waiting(target) == 0 && ts_now_ns() < end)
+		sched_yield();
+	ts_cancel_fire(c);
+	return NULL;
+}
+
+Test(waitlist_races, an_item_reaching_a_cancelled_taker_before_it_leaves_is_a_success)
+{
+	ts_waitlist *w = armed(1, ACT_PUT);
+	ts_cancel c = TS_CANCEL_INIT;
+	pthread_t th;
+	void *item;
+
+	cr_assert_eq(ts_waitlist_take(w, &to_put, counting_load, NULL, 0, NULL), 0);
+	start_thread(&th, fire_when_queued, &c);
+	int r = ts_waitlist_take(w, &item, counting_load, NULL, 0, &c);
+	join_bounded(th);
+	disarm();
+	cr_assert_eq(atomic_load(&fired), 1);
+	cr_assert_eq(r, 0);
+	cr_assert_eq(item, to_put);
+	ts_waitlist_free(w);
+}
+
+Test(waitlist_races, close_landing_before_a_timed_out_taker_leaves_unlinks_it_once)
+{
+	ts_waitlist *w = armed(1, ACT_CLOSE);
+	void *held, *item;
+
+	atomic_store(&n_took, 0);
+	cr_assert_eq(ts_waitlist_take(w, &held, counting_load, NULL, 0, NULL), 0);
+	start_taker(0, w, counting_load, NULL, 1); /* queued behind: closed out too */
+	int r = ts_waitlist_take(w, &item, counting_load, NULL, in_ms(5), NULL);
+	join_bounded(takers[0].th);
+	disarm();
+	cr_assert_eq(atomic_load(&fired), 1);
+	cr_assert_eq(r, ESHUTDOWN);
+	cr_assert_eq(takers[0].result, ESHUTDOWN);
+	cr_assert_eq(list_waiting(w), 0);
+	ts_waitlist_free(w);
+}
+
+Test(waitlist_races, a_slot_reaching_a_taker_as_it_gives_up_passes_to_the_next)
+{
+	ts_waitlist *w = armed(1, ACT_DISCARD);
+	void *held;
+
+	atomic_store(&loads, 0);
+	atomic_store(&n_took, 0);
+	cr_assert_eq(ts_waitlist_take(w, &held, counting_load, NULL, 0, NULL), 0);
+	struct taker_thread *quitter = &takers[0];
+	*quitter = (struct taker_thread){ .w = w, .load = counting_load, .id = 0,
+					  .deadline_ns = in_ms(300), .result = -1 };
+	start_thread(&quitter->th, taker_main, quitter);
+	WAIT_FOR(list_waiting(w) == 1);
+	start_taker(1, w, counting_load, NULL, 2);
+	/* the quitter times out; the hook discards `held`, whose slot goes to
+	 * the quitter (oldest), which must hand it on to taker 1 */
+	join_bounded(quitter->th);
+	join_bounded(takers[1].th);
+	disarm();
+	cr_assert_eq(atomic_load(&fired), 1);
+	cr_assert_eq(quitter->result, ETIMEDOUT);
+	cr_assert_eq(takers[1].result, 0, "the freed slot was lost with the quitter");
+	cr_assert_eq(atomic_load(&loads), 2);
+	cr_assert_eq(list_created(w), 1);
+	ts_waitlist_free(w);
+}
+
+Test(waitlist_races, a_slot_then_an_item_reaching_a_taker_leaks_no_slot)
+{
+	ts_waitlist *w = armed(1, ACT_DISCARD_THEN_PUT);
+	void *held, *item;
+
+	atomic_store(&loads, 0);
+	cr_assert_eq(ts_waitlist_take(w, &held, counting_load, NULL, 0, NULL), 0);
+	to_put = (void *)0xF0F0;
+	/* we time out; the hook discards `held` (its slot comes to us) and puts
+	 * another item (which comes to us too, before we leave) */
+	int r = ts_waitlist_take(w, &item, counting_load, NULL, in_ms(5), NULL);
+	disarm();
+	cr_assert_eq(atomic_load(&fired), 1);
+	cr_assert_eq(r, 0);
+	cr_assert_eq(item, to_put);
+	cr_assert_eq(atomic_load(&loads), 1, "the unused slot was loaded anyway");
+	cr_assert_eq(list_created(w), 0, "the slot that reached us was never given back");
+	ts_waitlist_free(w);
+}
+
+/* ---- conservation storm ------------------------------------------------ */
+
+#define WORKERS 4
+#define ITERS 1500
+#define MAX_ITEMS 3
+#define MAX_MADE 4096
+#define MAGIC 0x17e3u
+
+struct tagged {
+	unsigned magic;
+	int id;
+	_Atomic int holders;
+	_Atomic int dead;
+};
+
+static struct tagged *made[MAX_MADE];
+static _Atomic int n_made, live, over_cap, held_twice, kept_after_close;
+static _Atomic(ts_cancel *) slot[WORKERS];
+static _Atomic int workers_done;
+
+static int tagged_load(void *arg, void **item)
+{
+	unsigned *seed = arg;
+	if (rand_r(seed) % 8 == 0)
+		return EIO; /* a refused connect */
+	int id = atomic_fetch_add(&n_made, 1);
+	if (id >= MAX_MADE)
+		abort();
+	struct tagged *t = calloc(1, sizeof(*t));
+	t->magic = MAGIC;
+	t->id = id;
+	made[id] = t;
+	if (atomic_fetch_add(&live, 1) + 1 > MAX_ITEMS)
+		atomic_fetch_add(&over_cap, 1);
+	*item = t;
+	return 0;
+}
+
+struct storm_arg {
+	ts_waitlist *w;
+	int id;
+	ts_cancel tokens[ITERS];
+};
+
+static void *storm_worker(void *p)
+{
+	struct storm_arg *a = p;
+	unsigned seed = (unsigned)a->id * 131u + 7;
+	for (int i = 0; i < ITERS; i++) {
+		ts_cancel *c = &a->tokens[i];
+		ts_cancel_init(c);
+		atomic_store(&slot[a->id], c);
+		int64_t deadline = rand_r(&seed) % 4 ? ts_now_ns() + (rand_r(&seed) % 30) * 1000 : 0;
+		void *item;
+		int r = ts_waitlist_take(a->w, &item, tagged_load, &seed, deadline, c);
+		atomic_store(&slot[a->id], NULL);
+		if (r != 0)
+			continue;
+		struct tagged *t = item;
+		if (t->magic != MAGIC || atomic_load(&t->dead) ||
+		    atomic_exchange(&t->holders, 1) != 0)
+			atomic_fetch_add(&held_twice, 1);
+		for (volatile int k = rand_r(&seed) % 2000; k > 0; k--)
+			;
+		atomic_store(&t->holders, 0);
+		if (rand_r(&seed) % 16 == 0) { /* broken: destroy it */
+			atomic_store(&t->dead, 1);
+			atomic_fetch_sub(&live, 1);
+			ts_waitlist_discard(a->w);
+		} else if (!ts_waitlist_put(a->w, t)) {
+			atomic_fetch_add(&kept_after_close, 1); /* closed: still ours */
+		}
+	}
+	atomic_fetch_add(&workers_done, 1);
+	return NULL;
+}
+
+static void *storm_canceller(void *p)
+{
+	unsigned seed = 5;
+	while (atomic_load(&workers_done) < WORKERS) {
+		ts_cancel *c = atomic_load(&slot[rand_r(&seed) % WORKERS]);
+		if (c && rand_r(&seed) % 8 == 0)
+			ts_cancel_fire(c);
+		sched_yield();
+	}
+	return NULL;
+}
+
+static void run_storm(bool close_midway)
+{
+	ts_waitlist *w = ts_waitlist_new(MAX_ITEMS, 0);
+	struct storm_arg *args = calloc(WORKERS, sizeof(*args));
+	pthread_t th[WORKERS], canceller;
+
+	atomic_store(&n_made, 0);
+	atomic_store(&live, 0);
+	atomic_store(&workers_done, 0);
+	for (int i = 0; i < WORKERS; i++) {
+		args[i].w = w;
+		args[i].id = i;
+		start_thread(&th[i], storm_worker, &args[i]);
+	}
+	start_thread(&canceller, storm_canceller, NULL);
+	if (close_midway) {
+		WAIT_FOR(atomic_load(&n_made) > 2);
+		ts_waitlist_close(w);
+	}
+	for (int i = 0; i < WORKERS; i++)
+		join_bounded(th[i]);
+	join_bounded(canceller);
+
+	cr_assert_eq(atomic_load(&held_twice), 0, "an item was given to two callers");
+	cr_assert_eq(atomic_load(&over_cap), 0, "more than max_items existed");
+	cr_assert_eq(list_waiting(w), 0);
+	/* every live item is ready exactly once, or was kept by a put that the
+	 * close refused */
+	static bool seen[MAX_MADE];
+	int drained = 0;
+	void *item;
+	memset(seen, 0, sizeof(seen));
+	while (ts_waitlist_try_take(w, &item)) {
+		struct tagged *t = item;
+		cr_assert_eq(t->magic, MAGIC);
+		cr_assert_not(atomic_load(&t->dead), "a discarded item came back");
+		cr_assert_not(seen[t->id], "item %d was ready twice", t->id);
+		seen[t->id] = true;
+		drained++;
+	}
+	cr_assert_eq(drained + atomic_load(&kept_after_close), atomic_load(&live),
+		     "items lost: %d live, %d ready, %d kept", atomic_load(&live), drained,
+		     atomic_load(&kept_after_close));
+	cr_assert_eq(list_created(w), (size_t)atomic_load(&live));
+	cr_log_info("made %d, live %d, ready %d, kept %d", atomic_load(&n_made),
+		    atomic_load(&live), drained, atomic_load(&kept_after_close));
+	cr_assert_gt(atomic_load(&n_made), MAX_ITEMS, "no discard or failure was exercised");
+	for (int i = 0; i < atomic_load(&n_made); i++)
+		free(made[i]);
+	free(args);
+	ts_waitlist_free(w);
+}
+
+Test(waitlist_races, storm_of_timeouts_cancels_failures_and_discards_loses_nothing)
+{
+	run_storm(false);
+}
+
+Test(waitlist_races, close_racing_the_storm_loses_nothing)
+{
+	atomic_store(&kept_after_close, 0);
+	run_storm(true);
+}
