@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Runs the benchmark suite from a build folder (`make bench` does this) and
-# prints Markdown tables; raw CSV goes to $RESULTS (default results/).
+# Runs the benchmark suite from a build folder (`make bench` does this):
+# Markdown tables on stdout, CSV and SVG plots in $RESULTS (default
+# results/).  --quick (the README's main job) takes under 2 minutes on two
+# vCPUs; the full run about 8.  See bench/README.md.
 set -euo pipefail
 quick=0
 for a in "$@"; do
@@ -12,10 +14,22 @@ done
 src=$(cd "$(dirname "$0")/.." && pwd)
 results=${RESULTS:-$src/results}
 mkdir -p "$results"
-repeats=7; iters=5000000
-[ $quick -eq 1 ] && { repeats=5; iters=2000000; }
+csv=$results/suite.csv
+repeats=5
+if [ $quick -eq 1 ]; then
+	ms=100; iters=2000000; q=--quick; mode=quick
+else
+	ms=200; iters=5000000; q=; mode=full
+fi
+echo "# libturnstile benchmarks ($mode, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs, $(uname -r))"
+echo
+echo "Every figure is the median of $repeats repeats with implementations alternating"
+echo "run by run; ratios are to the strict pthread turnstile (or the mutex pool) of the"
+echo "same run.  Raw data: $results/."
 
-echo "## Uncontended acquire+release ($repeats repeats, $iters ops each, alternating)"
+# 1. uncontended: ns/op and callgrind instructions/op
+echo
+echo "### Uncontended acquire+release ($repeats repeats of $iters ops; instructions from callgrind, 100k ops)"
 echo
 ./bench/uncontended --repeats $repeats --iters $iters > "$results/uncontended.csv"
 count_iters=100000
@@ -24,14 +38,44 @@ for impl in turnstile job set_lookup pthread_mutex sem_t atomic_pair waitlist mu
 	out=$(mktemp)
 	valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
 		./bench/uncontended --count $impl --iters $count_iters >/dev/null 2>&1
-	total=$(awk '/^totals:/ {print $2}' "$out")
-	rm -f "$out"
-	awk -v t="$total" -v n=$count_iters -v i=$impl 'BEGIN { printf "%s,%.1f\n", i, t / n }' \
+	awk -v n=$count_iters -v i=$impl '/^totals:/ { printf "%s,%.1f\n", i, $2 / n }' "$out" \
 		>> "$results/uncontended_instructions.csv"
+	rm -f "$out"
 done
-echo "| implementation | ns/op median | min–max | × pthread_mutex | instructions/op (callgrind) |"
+echo "| implementation | ns/op median | min–max | × pthread_mutex | instructions/op |"
 echo "|---|---:|---:|---:|---:|"
 join -t, <(tail -n +2 "$results/uncontended.csv" | sort) \
 	<(tail -n +2 "$results/uncontended_instructions.csv" | sort) |
 	awk -F, '{ printf "| %s | %.1f | %.1f–%.1f | %.2f | %.0f |\n", $1, $2, $3, $4, $5, $8 }'
+
+# 2-6. the threaded scenarios
+echo "scenario,config,impl,metric,median,min,max,ratio,repeats" > "$csv"
+for scenario in handoff priority jobfifo pool audit; do
+	./bench/suite $scenario $q --repeats $repeats --ms $ms --csv "$csv"
+done
+
+# 7. futex system calls per admission, every implementation, under strace
 echo
+echo "### Futex system calls per admission (T=16 C=2 hold=1us, one 100 ms run each under strace -f; tracing slows every call, so compare the implementations with each other, not with the untraced runs)"
+echo
+echo "| implementation | admissions | futex calls | per admission |"
+echo "|---|---:|---:|---:|"
+for impl in turnstile strict_pthread naive_pthread sem_t; do
+	trace=$(mktemp); err=$(mktemp)
+	SUITE_PRINT_ADMISSIONS=1 strace -f -c -e trace=futex -o "$trace" \
+		./bench/suite handoff --impl $impl --threads 16 --conc 2 --hold 1000 \
+		--ms 100 --repeats 1 >/dev/null 2>"$err"
+	admitted=$(awk '/^admissions/ { s += $2 } END { print s + 0 }' "$err")
+	calls=$(awk '$NF == "futex" { print $4 }' "$trace")
+	awk -v i=$impl -v a="$admitted" -v c="${calls:-0}" \
+		'BEGIN { printf "| %s | %d | %d | %.2f |\n", i, a, c, a ? c / a : 0 }'
+	printf 'futex,T=16 C=2 hold=1000ns,%s,futex calls/admission (strace),%s,,,,1\n' \
+		$impl "$(awk -v a="$admitted" -v c="${calls:-0}" 'BEGIN { printf "%.4f", a ? c / a : 0 }')" >> "$csv"
+	rm -f "$trace" "$err"
+done
+
+# plots
+"$src/bench/plot.sh" "$csv" "$results"
+
+# 8. targets
+"$src/bench/targets.sh" "$results"

@@ -36,6 +36,8 @@ TS_API ts_turnstile *ts_turnstile_new(int64_t concurrency)
 	atomic_init(&t->word, units(concurrency));
 	atomic_init(&t->lock, 0);
 	atomic_init(&t->waiting, 0);
+	atomic_init(&t->spin.score, 0);
+	atomic_init(&t->spin.probes, 0);
 	t->ceiling = concurrency;
 	skip_init(&t->queue);
 	return t;
@@ -97,8 +99,9 @@ static int enqueue(ts_turnstile *t, struct turn_waiter *tw, int64_t now,
 			    memory_order_relaxed))
 			break;
 	}
-	/* Only the head at arrival spins: it is next, the others sleep. */
-	tw->w.spin = skip_insert(&t->queue, &tw->link);
+	/* Only the head at arrival spins (it is next, the others sleep), and
+	 * only while spinning has been paying on this turnstile. */
+	tw->w.spin = skip_insert(&t->queue, &tw->link) && spin_policy_allows(&t->spin);
 	atomic_fetch_add_explicit(&t->waiting, 1, memory_order_relaxed);
 	spin_unlock(&t->lock);
 	return EINPROGRESS;
@@ -149,6 +152,7 @@ __attribute__((noinline, cold)) int turnstile_wait_slow(ts_turnstile *t, const t
 	if (cancel)
 		cancel_watch(cancel, &tw.w);
 	int outcome = waiter_park(&tw.w, WAITER_FINAL, deadline_ns, cancel);
+	spin_policy_record(&t->spin, &tw.w);
 	if (cancel)
 		cancel_unwatch(cancel, &tw.w);
 	if (outcome < 0)

@@ -34,6 +34,7 @@ struct ts_turnstile {
 	_Alignas(64) _Atomic int lock;
 	int64_t ceiling;              /* under lock */
 	_Atomic int64_t waiting;      /* queue length, for snapshots */
+	struct spin_policy spin;      /* does the head's spin pay here? */
 	struct skiplist queue;        /* under lock */
 };
 

@@ -10,9 +10,10 @@
  * a parked thread on the other vCPU costs ~11 us here, a hand-off to a
  * spinning one ~0.2 us, so spinning up to about the cost of one wake-up
  * loses at most 2x against an oracle (the classic ski-rental bound).  Only
- * waiters flagged `spin` (the head of the queue when they joined) spin at
- * all: on two cores, a crowd of spinners would steal the core the holder
- * needs to finish and return its pass. */
+ * waiters flagged `spin` (the head of the queue when they joined, while the
+ * queue's spin_policy says spinning pays) spin at all: on two cores, a
+ * crowd of spinners would steal the core the holder needs to finish and
+ * return its pass. */
 #define SPIN_NS 10000
 #define SPIN_PAUSES_PER_CLOCK_READ 64
 
@@ -50,6 +51,7 @@ int waiter_park(waiter *w, uint32_t wake_at, int64_t deadline_ns,
 {
 	if (w->spin) {
 		int r = spin(w, wake_at, deadline_ns, c);
+		w->spun = r == WAITER_QUEUED ? -1 : r >= (int)wake_at ? 1 : 0;
 		if (r != WAITER_QUEUED)
 			return r;
 	}

@@ -46,7 +46,8 @@ enum { WAITER_TIMEDOUT = -1, WAITER_CANCELED = -2 };
 
 struct ts_waiter_ {
 	_Atomic uint32_t state;
-	bool spin; /* may spin before parking (it is at or near the head) */
+	bool spin;         /* may spin before parking: it is next in line */
+	signed char spun;  /* set by waiter_park: +1 spin won, -1 spin lost, 0 none */
 	/* registration on a cancel token, guarded by the token's lock */
 	struct ts_waiter_ *cancel_prev, *cancel_next;
 };
@@ -56,6 +57,7 @@ static inline void waiter_init(waiter *w)
 {
 	atomic_init(&w->state, WAITER_QUEUED);
 	w->spin = false;
+	w->spun = 0;
 	w->cancel_prev = w->cancel_next = NULL;
 }
 
@@ -84,6 +86,42 @@ static inline void waiter_wake(_Atomic uint32_t *word)
 {
 	if (word)
 		futex_wake(word, 1);
+}
+
+/* Whether spinning pays for one queue.  A head waiter's spin is won when
+ * its grant arrives while it spins and lost when the budget runs out (it
+ * then parks anyway, having burnt CPU).  On two vCPUs a lost spin is worse
+ * than useless: it takes the core a holder needs.  So each queue keeps an
+ * up/down score of recent outcomes and its head spins only while wins at
+ * least match losses — plus one probe in PROBE_EVERY while they do not, so
+ * the policy notices when spinning starts to pay again.  Updated racily
+ * with relaxed atomics: a lost update only blurs a heuristic. */
+#define SPIN_SCORE_MAX 16
+#define SPIN_PROBE_EVERY 16
+
+struct spin_policy {
+	_Atomic int score;
+	_Atomic unsigned probes;
+};
+
+static inline bool spin_policy_allows(struct spin_policy *p)
+{
+	if (atomic_load_explicit(&p->score, memory_order_relaxed) >= 0)
+		return true;
+	return atomic_fetch_add_explicit(&p->probes, 1, memory_order_relaxed) %
+		       SPIN_PROBE_EVERY == 0;
+}
+
+static inline void spin_policy_record(struct spin_policy *p, const waiter *w)
+{
+	if (!w->spun)
+		return;
+	int s = atomic_load_explicit(&p->score, memory_order_relaxed) + w->spun;
+	if (s > SPIN_SCORE_MAX)
+		s = SPIN_SCORE_MAX;
+	if (s < -SPIN_SCORE_MAX)
+		s = -SPIN_SCORE_MAX;
+	atomic_store_explicit(&p->score, s, memory_order_relaxed);
 }
 
 /* Wake-ups owed after a critical section that granted several waiters.

@@ -42,6 +42,7 @@ struct ts_waitlist {
 	size_t loading; /* loads in flight (each holds a slot and ready room) */
 	size_t waiting; /* queue length */
 	struct taker *head, *tail;
+	struct spin_policy spin; /* does the head's spin pay here? */
 	void **ready;
 	size_t n_ready, room;
 };
@@ -312,7 +313,7 @@ TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
 		}
 		atomic_store_explicit(&n.w.state, WAITER_LOAD, memory_order_relaxed);
 	} else {
-		n.w.spin = w->head == &n;
+		n.w.spin = w->head == &n && spin_policy_allows(&w->spin);
 	}
 	spin_unlock(&w->lock);
 
@@ -320,6 +321,8 @@ TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
 		cancel_watch(cancel, &n.w);
 	for (;;) {
 		int s = waiter_park(&n.w, WAITER_LOAD, deadline_ns, cancel);
+		spin_policy_record(&w->spin, &n.w);
+		n.w.spun = 0;
 		if (s == WAITER_LOAD) {
 			r = run_load(w, &n, load, load_arg, item);
 			if (r == EINPROGRESS)

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(build-essential autoconf automake libtool pkg-config
-	  liburcu-dev libcriterion-dev gnuplot-nox valgrind)
+	  liburcu-dev libcriterion-dev gnuplot-nox valgrind strace)
 
 missing=()
 for p in "${packages[@]}"; do
