@@ -3,8 +3,6 @@
 
 #include <stdatomic.h>
 
-#include "turnstile_impl.h"
-
 /* Process-wide and 64-bit: two jobs never share a seq, and it never wraps
  * (at one stamp per nanosecond it would take 584 years). */
 static _Atomic uint64_t next_seq = 1;
@@ -48,7 +46,7 @@ TS_API ts_claim ts_job_claim(const ts_job *job)
  * removes a turnstile before ts_set_free, so the pointer cannot go stale,
  * and re-pointing the job clears it.  Several threads may fill the cache at
  * once; they store the same value, atomically. */
-TS_API ts_pass ts_wait_turn(ts_job *job)
+TS_API ts_pass ts_private_wait_turn_slow(ts_job *job)
 {
 	ts_pass pass = TS_PASS_NONE;
 
@@ -61,10 +59,13 @@ TS_API ts_pass ts_wait_turn(ts_job *job)
 			return pass; /* unsized shard: fail open */
 		atomic_store_explicit(&job->private_turnstile, t, memory_order_relaxed);
 	}
-	if (turnstile_take_fast(t, job->private_cancel, &pass))
-		return pass;
 	/* Any refusal (deadline, cancel, closed) leaves the pass unissued. */
-	turnstile_wait_slow(t, &job->private_claim, job->private_deadline_ns,
-			    job->private_cancel, &pass);
+	ts_turnstile_wait(t, &job->private_claim, job->private_deadline_ns,
+			  job->private_cancel, &pass);
 	return pass;
+}
+
+TS_API ts_pass ts_wait_turn(ts_job *job)
+{
+	TS_PRIVATE_WAIT_TURN_BODY
 }

@@ -128,7 +128,7 @@ static int leave(ts_turnstile *t, struct turn_waiter *tw, int reason)
 }
 
 /* Out of line and cold, so the fast path stays a leaf with no frame. */
-__attribute__((noinline, cold)) int turnstile_wait_slow(ts_turnstile *t, const ts_claim *claim,
+__attribute__((noinline, cold)) TS_API int ts_private_wait_slow(ts_turnstile *t, const ts_claim *claim,
 		     int64_t deadline_ns, ts_cancel *cancel, ts_pass *pass)
 {
 	struct turn_waiter tw;
@@ -175,19 +175,10 @@ __attribute__((noinline, cold)) int turnstile_wait_slow(ts_turnstile *t, const t
 TS_API int ts_turnstile_wait(ts_turnstile *t, const ts_claim *claim,
 			     int64_t deadline_ns, ts_cancel *cancel, ts_pass *pass)
 {
-	if (!pass)
-		return EINVAL;
-	if (!t || !claim) {
-		*pass = (ts_pass)TS_PASS_NONE;
-		return EINVAL;
-	}
-	if (turnstile_take_fast(t, cancel, pass))
-		return 0;
-	*pass = (ts_pass)TS_PASS_NONE;
-	return turnstile_wait_slow(t, claim, deadline_ns, cancel, pass);
+	TS_PRIVATE_WAIT_BODY
 }
 
-__attribute__((noinline, cold)) static void return_slow(ts_turnstile *t)
+__attribute__((noinline, cold)) TS_API void ts_private_return_slow(ts_turnstile *t)
 {
 	struct wakeups wk;
 
@@ -202,18 +193,7 @@ __attribute__((noinline, cold)) static void return_slow(ts_turnstile *t)
 
 TS_API void ts_pass_return(ts_pass *p)
 {
-	if (!p || !p->private_turnstile)
-		return;
-	ts_turnstile *t = p->private_turnstile;
-	p->private_turnstile = NULL; /* unissued now: waited_ns is ignored */
-	uint64_t w = atomic_load_explicit(&t->word, memory_order_relaxed);
-	while (!(w & WORD_WAITERS)) {
-		if (atomic_compare_exchange_weak_explicit(&t->word, &w, w + WORD_UNIT,
-							  memory_order_release,
-							  memory_order_relaxed))
-			return;
-	}
-	return_slow(t);
+	TS_PRIVATE_RETURN_BODY
 }
 
 TS_API bool ts_pass_issued(const ts_pass *p)

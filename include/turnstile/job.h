@@ -57,4 +57,27 @@ TS_API ts_claim ts_job_claim(const ts_job *job);
  * turn on a shard (which caches the lookup in the job). */
 TS_API ts_pass ts_wait_turn(ts_job *job);
 
+/* Private: the locked and first-turn paths of ts_wait_turn, exported for
+ * its inlined fast path only (see turnstile/fastpath.h). */
+TS_API ts_pass ts_private_wait_turn_slow(ts_job *job);
+
+/* The turnstile is cached in the job after its first turn on a shard, so
+ * the common case is the turnstile's own lock-free fast path. */
+#define TS_PRIVATE_WAIT_TURN_BODY                                             \
+	ts_pass pass = TS_PASS_NONE;                                          \
+	if (job) {                                                            \
+		ts_turnstile *t = atomic_load_explicit(&job->private_turnstile, \
+						       memory_order_relaxed); \
+		if (t && ts_private_take_fast(t, job->private_cancel, &pass)) \
+			return pass;                                          \
+	}                                                                     \
+	return ts_private_wait_turn_slow(job);
+
+#ifdef TS_PRIVATE_INLINE_FAST_PATHS
+TS_PRIVATE_INLINE ts_pass ts_wait_turn(ts_job *job)
+{
+	TS_PRIVATE_WAIT_TURN_BODY
+}
+#endif
+
 #endif

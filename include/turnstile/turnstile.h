@@ -100,4 +100,6 @@ TS_API bool ts_pass_issued(const ts_pass *p);
  * queue to the grant; 0 when it did not queue or @p is unissued/NULL. */
 TS_API int64_t ts_pass_waited_ns(const ts_pass *p);
 
+#include <turnstile/fastpath.h>
+
 #endif

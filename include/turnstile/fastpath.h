@@ -1,0 +1,134 @@
+/* libturnstile — the turnstile's lock-free fast paths, inlined into callers.
+ *
+ * Included by turnstile.h; nothing here is API.  An uncontended wait+return
+ * is two compare-and-swaps on one word, so the cost of two out-of-line
+ * calls through the PLT would be a third of the total: callers built with
+ * gcc or clang inline these paths, and the library still exports
+ * ts_turnstile_wait and ts_pass_return (identical behaviour) for everyone
+ * else.  Define TS_NO_INLINE before including to call the library instead
+ * (the tests do both).
+ *
+ * ABI: the state word is the first member of every turnstile and its
+ * encoding below is frozen for the library's major version (see the
+ * versioning policy in configure.ac).
+ *
+ *   word = available << 2 | CLOSED | WAITERS      (available is signed)
+ *
+ * INVARIANT (no barging): WAITERS is set exactly when the queue is
+ * non-empty, and both change only under the turnstile's lock.  Every
+ * operation that raises `available` under the lock hands passes to waiters
+ * while it is positive, so whenever the lock is free, WAITERS implies
+ * available <= 0.  These fast paths act only on a word WITHOUT the WAITERS
+ * bit, by CAS on the whole word: a fast acquire never takes a pass while
+ * anyone is queued, and a fast release never adds a pass a queued waiter
+ * should have had — a concurrent enqueue sets WAITERS, their CAS fails,
+ * and they take the locked path. */
+#ifndef TURNSTILE_FASTPATH_H
+#define TURNSTILE_FASTPATH_H
+
+#include <errno.h>
+#include <stdatomic.h>
+
+/* Callers' builds with gcc or clang inline the fast paths: gnu_inline
+ * definitions are used only for inlining and never emitted, so an
+ * un-inlined call goes to the library's exported definition, which runs
+ * the same body.  Inside the library, and for other compilers, the helpers
+ * are ordinary static inline functions. */
+#if defined(__GNUC__) && !defined(TS_BUILDING_LIBRARY) && !defined(TS_NO_INLINE)
+#define TS_PRIVATE_INLINE_FAST_PATHS 1
+#define TS_PRIVATE_INLINE extern __inline__ __attribute__((__gnu_inline__, __always_inline__))
+#define TS_PRIVATE_HELPER TS_PRIVATE_INLINE
+#else
+#define TS_PRIVATE_HELPER static inline
+#endif
+
+#define TS_PRIVATE_WORD_WAITERS ((uint64_t)1)
+#define TS_PRIVATE_WORD_CLOSED ((uint64_t)2)
+#define TS_PRIVATE_WORD_UNIT ((uint64_t)4)
+
+struct ts_private_turnstile_head {
+	_Atomic uint64_t word;
+};
+
+/* The locked paths, exported for the inlined fast paths only. */
+TS_API int ts_private_wait_slow(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
+				ts_cancel *cancel, ts_pass *pass);
+TS_API void ts_private_return_slow(ts_turnstile *t);
+
+TS_PRIVATE_HELPER _Atomic uint64_t *ts_private_word(ts_turnstile *t)
+{
+	return &((struct ts_private_turnstile_head *)(void *)t)->word;
+}
+
+/* Take a free pass without the lock: only when nobody is queued, the
+ * turnstile is open and @cancel has not fired.  false: take the slow path,
+ * which also sorts out the closed / cancelled precedence. */
+TS_PRIVATE_HELPER bool ts_private_take_fast(ts_turnstile *t, const ts_cancel *cancel,
+					ts_pass *pass)
+{
+	if (cancel && atomic_load_explicit(&cancel->private_fired, memory_order_seq_cst))
+		return false;
+	_Atomic uint64_t *word = ts_private_word(t);
+	uint64_t w = atomic_load_explicit(word, memory_order_relaxed);
+	while (!(w & (TS_PRIVATE_WORD_WAITERS | TS_PRIVATE_WORD_CLOSED)) &&
+	       (int64_t)w >= (int64_t)TS_PRIVATE_WORD_UNIT) {
+		if (atomic_compare_exchange_weak_explicit(word, &w, w - TS_PRIVATE_WORD_UNIT,
+							  memory_order_acquire,
+							  memory_order_relaxed)) {
+			pass->private_turnstile = t;
+			pass->private_waited_ns = 0;
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Give a pass back without the lock when nobody is queued. */
+TS_PRIVATE_HELPER bool ts_private_give_back_fast(ts_turnstile *t)
+{
+	_Atomic uint64_t *word = ts_private_word(t);
+	uint64_t w = atomic_load_explicit(word, memory_order_relaxed);
+	while (!(w & TS_PRIVATE_WORD_WAITERS))
+		if (atomic_compare_exchange_weak_explicit(word, &w, w + TS_PRIVATE_WORD_UNIT,
+							  memory_order_release,
+							  memory_order_relaxed))
+			return true;
+	return false;
+}
+
+#define TS_PRIVATE_WAIT_BODY                                                  \
+	if (!pass)                                                            \
+		return EINVAL;                                                \
+	if (!t || !claim) {                                                   \
+		pass->private_turnstile = NULL;                               \
+		pass->private_waited_ns = 0;                                  \
+		return EINVAL;                                                \
+	}                                                                     \
+	if (ts_private_take_fast(t, cancel, pass))                            \
+		return 0;                                                     \
+	pass->private_turnstile = NULL;                                       \
+	pass->private_waited_ns = 0;                                          \
+	return ts_private_wait_slow(t, claim, deadline_ns, cancel, pass);
+
+#define TS_PRIVATE_RETURN_BODY                                                \
+	if (!p || !p->private_turnstile)                                      \
+		return;                                                       \
+	ts_turnstile *t = p->private_turnstile;                               \
+	p->private_turnstile = NULL; /* unissued now: waited_ns is ignored */ \
+	if (!ts_private_give_back_fast(t))                                    \
+		ts_private_return_slow(t);
+
+#ifdef TS_PRIVATE_INLINE_FAST_PATHS
+TS_PRIVATE_INLINE int ts_turnstile_wait(ts_turnstile *t, const ts_claim *claim,
+					int64_t deadline_ns, ts_cancel *cancel, ts_pass *pass)
+{
+	TS_PRIVATE_WAIT_BODY
+}
+
+TS_PRIVATE_INLINE void ts_pass_return(ts_pass *p)
+{
+	TS_PRIVATE_RETURN_BODY
+}
+#endif
+
+#endif
