@@ -3,6 +3,7 @@
 
 #include <assert.h>
 
+#include "hook.h"
 #include "spinlock.h"
 #include "waiter.h"
 
@@ -26,6 +27,7 @@ TS_API void ts_cancel_fire(ts_cancel *c)
 		return;
 	if (atomic_exchange_explicit(&c->private_fired, 1, memory_order_seq_cst))
 		return;
+	TS_FAULT(); /* window: fired, waiters not yet nudged */
 	spin_lock(&c->private_lock);
 	for (waiter *w = c->private_waiters; w; w = w->cancel_next) {
 		uint32_t s = WAITER_SLEEPING;

@@ -1,9 +1,38 @@
-/* Storage for the test hook and the optional benchmark counters. */
+/* Storage for the test hook, fault injection and benchmark counters. */
 #include "hook.h"
 #include "counters.h"
+
+#include <sched.h>
+#include <stdint.h>
 
 _Atomic(ts_hook_fn) ts_hook;
 
 #ifdef TS_ENABLE_COUNTERS
 struct ts_counters ts_counters;
+#endif
+
+#ifdef TS_FAULT_INJECTION
+/* One in four windows yields the CPU, one in eight spins ~1-2 us: enough to
+ * reorder threads without slowing the stress runs to a crawl. */
+void ts_fault_point(void)
+{
+	static _Thread_local uint64_t x;
+	if (!x)
+		x = (uint64_t)(uintptr_t)&x | 1;
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	switch (x & 7) {
+	case 0:
+	case 1:
+		sched_yield();
+		break;
+	case 2:
+		for (volatile int i = 0; i < 2000; i++)
+			;
+		break;
+	default:
+		break;
+	}
+}
 #endif

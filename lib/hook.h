@@ -1,4 +1,4 @@
-/* Private: a test hook at the protocol's race windows.
+/* Private: the protocol's race windows — a test hook, and fault injection.
  *
  * White-box tests install a function that runs at a named point, so a race
  * (a grant landing between a waiter's timeout and its removal, say) can be
@@ -24,8 +24,19 @@ enum ts_hook_point {
 typedef void (*ts_hook_fn)(enum ts_hook_point point, void *obj);
 extern _Atomic(ts_hook_fn) ts_hook;
 
+/* Fault injection (--enable-fault-injection): at every race window a
+ * random yield or short spin, so the stress harness explores interleavings
+ * that the scheduler rarely produces.  Nothing at all in other builds. */
+#ifdef TS_FAULT_INJECTION
+void ts_fault_point(void);
+#define TS_FAULT() ts_fault_point()
+#else
+#define TS_FAULT() ((void)0)
+#endif
+
 static inline void ts_hook_at(enum ts_hook_point point, void *obj)
 {
+	TS_FAULT();
 	ts_hook_fn fn = atomic_load_explicit(&ts_hook, memory_order_relaxed);
 	if (__builtin_expect(fn != NULL, 0))
 		fn(point, obj);

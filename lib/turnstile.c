@@ -149,6 +149,7 @@ __attribute__((noinline, cold)) TS_API int ts_private_wait_slow(ts_turnstile *t,
 	if (r != EINPROGRESS)
 		return r;
 
+	TS_FAULT(); /* window: queued, not yet parked (nor watching cancel) */
 	if (cancel)
 		cancel_watch(cancel, &tw.w);
 	int outcome = waiter_park(&tw.w, WAITER_FINAL, deadline_ns, cancel);

@@ -31,6 +31,7 @@
 #include <turnstile/cancel.h>
 
 #include "futex.h"
+#include "hook.h"
 
 enum {
 	WAITER_QUEUED = 0,   /* linked, owner running (maybe spinning) */
@@ -151,8 +152,10 @@ static inline void wakeups_add(struct wakeups *wk, _Atomic uint32_t *word)
 
 static inline void wakeups_flush(struct wakeups *wk)
 {
-	for (int i = 0; i < wk->n; i++)
+	for (int i = 0; i < wk->n; i++) {
+		TS_FAULT(); /* window: granted, not yet woken */
 		waiter_wake(wk->word[i]);
+	}
 	wk->n = 0;
 }
 

@@ -317,6 +317,7 @@ TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
 	}
 	spin_unlock(&w->lock);
 
+	TS_FAULT(); /* window: queued, not yet parked (nor watching cancel) */
 	if (cancel)
 		cancel_watch(cancel, &n.w);
 	for (;;) {

@@ -23,3 +23,16 @@ AC_DEFUN([TS_SANITIZER], [
   AC_SUBST([TS_SAN_CFLAGS])
   AM_CONDITIONAL([SANITIZE_THREAD], [test "x$enable_sanitizer" = xthread])
 ])
+
+# TS_FAULT_INJECTION: --enable-fault-injection compiles random yields and
+# spins into the protocol's race windows (lib/hook.h), for stress runs.
+AC_DEFUN([TS_FAULT_INJECTION], [
+  AC_ARG_ENABLE([fault-injection],
+    [AS_HELP_STRING([--enable-fault-injection],
+      [yield at the protocol's race windows (stress testing only)])],
+    [], [enable_fault_injection=no])
+  TS_FAULT_CPPFLAGS=""
+  AS_IF([test "x$enable_fault_injection" = xyes],
+    [TS_FAULT_CPPFLAGS="-DTS_FAULT_INJECTION"])
+  AC_SUBST([TS_FAULT_CPPFLAGS])
+])

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, then builds and runs
 # `make check` three times — plain (-Werror), AddressSanitizer+UBSan, and
-# ThreadSanitizer — each in its own build folder under build/.
+# ThreadSanitizer, the sanitizer builds with fault injection at the
+# protocol's race windows — each in its own build folder under build/.
+# make check includes the Criterion tests and the stress harness.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,7 +16,7 @@ for variant in plain address thread; do
 	dir=build/$variant
 	mkdir -p "$dir"
 	args=(--enable-werror)
-	[ "$variant" = plain ] || args+=(--enable-sanitizer="$variant")
+	[ "$variant" = plain ] || args+=(--enable-sanitizer="$variant" --enable-fault-injection)
 	echo "=== $variant: configure ${args[*]}"
 	(cd "$dir" && ../../configure -q "${args[@]}" >/dev/null)
 	echo "=== $variant: make check"

@@ -1,0 +1,611 @@
+/* Randomized stress: a set of shards and a waitlist under a random mix of
+ * every operation, with invariants checked while it runs and at rest.
+ *
+ *   stress [--seconds N] [--seed S] [--scenario NAME]
+ *
+ * Scenarios: mix (default) and the named ones the field has been bitten by:
+ * timed-try-storm, cancelled-head, fired-cancel, close-vs-timeouts,
+ * resize-vs-close.  The seed is printed first, so a failure can be replayed
+ * (thread interleavings differ between runs; the operation mix does not).
+ * A watchdog fails the run, with a dump of what every thread is doing, if
+ * no operation completes for WATCHDOG_S seconds. */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <turnstile.h>
+
+#define WORKERS 6
+#define SHARDS 3 /* shard SHARDS exists in jobs but is never sized: fail-open */
+#define MAX_CEILING 4
+#define MAX_ITEMS 4
+#define MAX_MADE 100000
+#define MAGIC 0x5eedu
+#define WATCHDOG_S 30
+
+static uint64_t seed;
+static int64_t end_ns, close_ns;
+static _Atomic long ops, checks, violations;
+static _Atomic int stop_watchdog;
+
+static void violation(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "stress: VIOLATION (seed %" PRIu64 "): ", seed);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	atomic_fetch_add(&violations, 1);
+}
+
+static void check(bool ok, const char *what)
+{
+	atomic_fetch_add_explicit(&checks, 1, memory_order_relaxed);
+	if (!ok)
+		violation("%s", what);
+}
+
+static uint64_t next_rand(uint64_t *x)
+{
+	*x ^= *x << 13;
+	*x ^= *x >> 7;
+	*x ^= *x << 17;
+	return *x;
+}
+
+static void busy_ns(int64_t ns)
+{
+	int64_t end = ts_now_ns() + ns;
+	while (ts_now_ns() < end)
+		;
+}
+
+/* What each thread is doing, for the watchdog's dump. */
+static _Atomic(const char *) doing[WORKERS + 4];
+
+/* ---- watchdog ------------------------------------------------------------ */
+
+static void *watchdog(void *arg)
+{
+	long last = -1;
+	int64_t last_change = ts_now_ns();
+	int n = *(int *)arg;
+	while (!atomic_load(&stop_watchdog)) {
+		struct timespec ts = { 0, 50000000 };
+		nanosleep(&ts, NULL);
+		long now_ops = atomic_load(&ops);
+		if (now_ops != last) {
+			last = now_ops;
+			last_change = ts_now_ns();
+			continue;
+		}
+		if (ts_now_ns() - last_change > (int64_t)WATCHDOG_S * 1000000000) {
+			fprintf(stderr, "stress: STUCK (seed %" PRIu64 "): no progress for %d s\n",
+				seed, WATCHDOG_S);
+			for (int i = 0; i < n; i++)
+				fprintf(stderr, "  thread %d: %s\n", i,
+					atomic_load(&doing[i]) ? atomic_load(&doing[i]) : "-");
+			abort();
+		}
+	}
+	return NULL;
+}
+
+/* ---- the mix ------------------------------------------------------------- */
+
+static ts_set *set;
+static ts_waitlist *pool;
+static _Atomic int holders[SHARDS], enforced[SHARDS];
+static int ceiling[SHARDS]; /* the resizer's */
+static _Atomic int closed_all;
+
+struct tagged {
+	unsigned magic;
+	int id;
+	_Atomic int held, dead;
+};
+static struct tagged *made[MAX_MADE];
+static _Atomic int n_made, live, kept;
+
+static int tagged_load(void *arg, void **item)
+{
+	uint64_t *x = arg;
+	busy_ns((int64_t)(next_rand(x) % 5000));
+	if (next_rand(x) % 8 == 0)
+		return ECONNREFUSED;
+	int id = atomic_fetch_add(&n_made, 1);
+	if (id >= MAX_MADE)
+		abort();
+	struct tagged *t = calloc(1, sizeof(*t));
+	t->magic = MAGIC;
+	t->id = id;
+	made[id] = t;
+	check(atomic_fetch_add(&live, 1) + 1 <= MAX_ITEMS, "more than max_items items exist");
+	*item = t;
+	return 0;
+}
+
+/* The token each worker's current operation may be cancelled with.  The
+ * canceller fires it under the worker's mutex, and the worker unpublishes
+ * under the same mutex, so no fire is still running when a token is
+ * re-initialised for a later operation. */
+static _Atomic(ts_cancel *) published[WORKERS];
+static pthread_mutex_t publish_mu[WORKERS];
+
+static void publish(int id, ts_cancel *c)
+{
+	pthread_mutex_lock(&publish_mu[id]);
+	atomic_store(&published[id], c);
+	pthread_mutex_unlock(&publish_mu[id]);
+}
+
+static void hold_turn(int shard, ts_pass *pass, uint64_t *x)
+{
+	if (!ts_pass_issued(pass))
+		return;
+	int h = atomic_fetch_add(&holders[shard], 1) + 1;
+	check(h <= atomic_load(&enforced[shard]), "more holders than the ceiling");
+	busy_ns((int64_t)(next_rand(x) % 3000));
+	atomic_fetch_sub(&holders[shard], 1);
+}
+
+static void pool_op(uint64_t *x, ts_cancel *c)
+{
+	void *item = NULL;
+	int64_t deadline = next_rand(x) % 4 ? ts_now_ns() + (int64_t)(next_rand(x) % 40000) : 0;
+	int r = next_rand(x) % 4 ? ts_waitlist_take(pool, &item, tagged_load, x, deadline, c)
+				 : (ts_waitlist_try_take(pool, &item) ? 0 : EAGAIN);
+	if (r != 0)
+		return;
+	struct tagged *t = item;
+	check(t->magic == MAGIC && !atomic_load(&t->dead), "a dead or foreign item came out");
+	check(atomic_exchange(&t->held, 1) == 0, "an item was given to two callers");
+	busy_ns((int64_t)(next_rand(x) % 3000));
+	atomic_store(&t->held, 0);
+	if (next_rand(x) % 16 == 0) {
+		atomic_store(&t->dead, 1);
+		atomic_fetch_sub(&live, 1);
+		ts_waitlist_discard(pool);
+	} else if (!ts_waitlist_put(pool, t)) {
+		atomic_fetch_add(&kept, 1); /* closed: ours to keep */
+	}
+}
+
+static void *mix_worker(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	uint64_t x = seed * 2654435761u + (uint64_t)id + 1;
+	ts_job job = TS_JOB_INIT;
+	ts_gate gate = ts_set_gate(set, 1);
+	static _Thread_local ts_cancel tokens[2];
+
+	for (long i = 0; ts_now_ns() < end_ns; i++) {
+		ts_cancel *c = &tokens[i % 2];
+		ts_cancel_init(c);
+		publish(id, c);
+		int shard = (int)(next_rand(&x) % (SHARDS + 1));
+		ts_pass pass = TS_PASS_NONE;
+		switch (next_rand(&x) % 6) {
+		case 0: /* a new job */
+			job = (ts_job)TS_JOB_INIT;
+			/* fall through */
+		case 1: { /* a turn, re-pointing the job (it keeps its age) */
+			atomic_store(&doing[id], "ts_wait_turn");
+			ts_claim before = ts_job_claim(&job);
+			ts_set_prioritize(set, &job, shard, (int)(next_rand(&x) % 3));
+			if (before.seq)
+				check(ts_job_claim(&job).seq == before.seq &&
+					      ts_job_claim(&job).since_ns == before.since_ns,
+				      "re-pointing a job changed its age");
+			ts_job_set_deadline(&job, next_rand(&x) % 3 ? 0
+							: ts_now_ns() + (int64_t)(next_rand(&x) % 50000));
+			ts_job_set_cancel(&job, next_rand(&x) % 4 ? NULL : c);
+			pass = ts_wait_turn(&job);
+			if (shard < SHARDS)
+				hold_turn(shard, &pass, &x);
+			ts_pass_return(&pass);
+			break;
+		}
+		case 2: { /* gate */
+			atomic_store(&doing[id], "ts_gate_acquire");
+			ts_job_set_cancel(&job, NULL);
+			bool ok = ts_gate_acquire(&gate, &job, shard, &pass);
+			check(ok || !ts_pass_issued(&pass), "a refused gate left a pass issued");
+			if (shard < SHARDS)
+				hold_turn(shard, &pass, &x);
+			ts_pass_return(&pass);
+			break;
+		}
+		case 3: { /* a direct try */
+			atomic_store(&doing[id], "ts_turnstile_wait(TS_DEADLINE_NOW)");
+			ts_turnstile *t = ts_set_turnstile(set, shard);
+			ts_claim claim = { 0, ts_now_ns(), 0 };
+			int r = ts_turnstile_wait(t, &claim, TS_DEADLINE_NOW, NULL, &pass);
+			check(t || r == EINVAL, "NULL turnstile accepted");
+			if (r == 0)
+				hold_turn(shard, &pass, &x);
+			ts_pass_return(&pass);
+			break;
+		}
+		default:
+			atomic_store(&doing[id], "waitlist");
+			pool_op(&x, c);
+			break;
+		}
+		publish(id, NULL);
+		atomic_store(&doing[id], "between operations");
+		atomic_fetch_add_explicit(&ops, 1, memory_order_relaxed);
+	}
+	atomic_store(&doing[id], "done");
+	return NULL;
+}
+
+static void *canceller(void *arg)
+{
+	uint64_t x = seed + 99;
+	while (ts_now_ns() < end_ns) {
+		int id = (int)(next_rand(&x) % WORKERS);
+		pthread_mutex_lock(&publish_mu[id]);
+		ts_cancel *c = atomic_load(&published[id]);
+		if (c && next_rand(&x) % 4 == 0)
+			ts_cancel_fire(c);
+		pthread_mutex_unlock(&publish_mu[id]);
+		busy_ns(20000);
+	}
+	return NULL;
+}
+
+/* Resizes shards: grow, shrink below what is held, to zero and back.  The
+ * bound a holder count is checked against moves up before a grow and down
+ * only once a shrink has drained (available >= 0). */
+static void *resizer(void *arg)
+{
+	uint64_t x = seed + 7;
+	while (ts_now_ns() < close_ns) {
+		atomic_store(&doing[WORKERS], "resizing");
+		int s = (int)(next_rand(&x) % SHARDS), to = (int)(next_rand(&x) % (MAX_CEILING + 1));
+		if (to >= ceiling[s]) {
+			atomic_store(&enforced[s], to);
+			check(ts_set_resize(set, s, to) == 0, "resize failed");
+		} else {
+			check(ts_set_resize(set, s, to) == 0, "resize failed");
+			int64_t avail;
+			do {
+				ts_turnstile_snapshot(ts_set_turnstile(set, s), &avail, NULL);
+				sched_yield();
+			} while (avail < 0 && ts_now_ns() < end_ns);
+			if (avail >= 0)
+				atomic_store(&enforced[s], to);
+		}
+		ceiling[s] = to;
+		atomic_fetch_add(&ops, 1);
+		busy_ns((int64_t)(next_rand(&x) % 500000));
+	}
+	/* leave every shard sized, then close: the drain path */
+	for (int s = 0; s < SHARDS; s++) {
+		atomic_store(&enforced[s], MAX_CEILING);
+		ts_set_resize(set, s, 2);
+		ceiling[s] = 2;
+	}
+	atomic_store(&doing[WORKERS], "closing");
+	ts_set_close(set);
+	ts_waitlist_close(pool);
+	atomic_store(&closed_all, 1);
+	check(ts_set_resize(set, 0, 3) == ESHUTDOWN, "resize after close did not refuse");
+	atomic_store(&doing[WORKERS], "done");
+	return NULL;
+}
+
+static int run_mix(int seconds)
+{
+	pthread_t th[WORKERS + 3];
+	int n_watched = WORKERS + 1;
+
+	set = ts_set_new();
+	pool = ts_waitlist_new(MAX_ITEMS, 8);
+	for (int i = 0; i < WORKERS; i++)
+		pthread_mutex_init(&publish_mu[i], NULL);
+	for (int s = 0; s < SHARDS; s++) {
+		ceiling[s] = 2;
+		atomic_store(&enforced[s], 2);
+		ts_set_resize(set, s, 2);
+	}
+	int64_t start = ts_now_ns();
+	end_ns = start + (int64_t)seconds * 1000000000;
+	close_ns = start + (int64_t)seconds * 850000000; /* close in the last 15% */
+	for (int i = 0; i < WORKERS; i++)
+		pthread_create(&th[i], NULL, mix_worker, (void *)(intptr_t)i);
+	pthread_create(&th[WORKERS], NULL, resizer, NULL);
+	pthread_create(&th[WORKERS + 1], NULL, canceller, NULL);
+	pthread_create(&th[WORKERS + 2], NULL, watchdog, &n_watched);
+	for (int i = 0; i < WORKERS + 2; i++)
+		pthread_join(th[i], NULL);
+	atomic_store(&stop_watchdog, 1);
+	pthread_join(th[WORKERS + 2], NULL);
+
+	/* at rest: every pass home, nobody queued, every item accounted for */
+	for (int s = 0; s < SHARDS; s++) {
+		int64_t avail, waiting;
+		ts_turnstile_snapshot(ts_set_turnstile(set, s), &avail, &waiting);
+		check(avail == ceiling[s], "passes lost or doubled at rest");
+		check(waiting == 0, "a waiter left in a queue");
+		check(atomic_load(&holders[s]) == 0, "a holder left");
+	}
+	check(atomic_load(&closed_all) == 1, "the close did not happen");
+	static bool seen[MAX_MADE];
+	int drained = 0;
+	void *item;
+	while (ts_waitlist_try_take(pool, &item)) {
+		struct tagged *t = item;
+		check(t->magic == MAGIC && !atomic_load(&t->dead), "a dead item was ready");
+		check(!seen[t->id], "an item was ready twice");
+		seen[t->id] = true;
+		drained++;
+	}
+	check(drained + atomic_load(&kept) == atomic_load(&live), "an item was lost");
+	size_t created, waiting;
+	ts_waitlist_stats(pool, &created, NULL, &waiting);
+	check(created == (size_t)atomic_load(&live), "creation slots leaked");
+	check(waiting == 0, "a taker left in the queue");
+	for (int i = 0; i < atomic_load(&n_made); i++)
+		free(made[i]);
+	ts_waitlist_free(pool);
+	ts_set_free(set);
+	return 0;
+}
+
+/* ---- named scenarios ------------------------------------------------------ */
+
+static ts_turnstile *one;
+static const ts_claim plain = { 0, 0, 0 };
+
+static void *timed_try(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	while (ts_now_ns() < end_ns) {
+		atomic_store(&doing[id], "1us timed wait");
+		ts_pass p;
+		if (ts_turnstile_wait(one, &plain, ts_now_ns() + 1000, NULL, &p) == 0)
+			ts_pass_return(&p);
+		atomic_fetch_add(&ops, 1);
+	}
+	atomic_store(&doing[id], "done");
+	return NULL;
+}
+
+/* JSR-166's timed-try storm: a storm of 1 us waits on a turnstile at zero
+ * must not swallow the returns (or resizes) that follow, nor stall them. */
+static void timed_try_storm(int seconds)
+{
+	pthread_t th[4];
+	one = ts_turnstile_new(0);
+	end_ns = ts_now_ns() + (int64_t)seconds * 1000000000;
+	for (int i = 0; i < 4; i++)
+		pthread_create(&th[i], NULL, timed_try, (void *)(intptr_t)i);
+	ts_pass held = TS_PASS_NONE;
+	while (ts_now_ns() < end_ns) {
+		ts_turnstile_resize(one, 1); /* a pass appears mid-storm... */
+		ts_turnstile_wait(one, &plain, ts_now_ns() + 100000000, NULL, &held);
+		ts_pass_return(&held); /* ...and is returned into it */
+		ts_turnstile_resize(one, 0);
+		atomic_fetch_add(&ops, 1);
+	}
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	int64_t avail, waiting;
+	ts_turnstile_snapshot(one, &avail, &waiting);
+	check(avail == 0 && waiting == 0, "timed-try storm swallowed or invented a pass");
+	ts_turnstile_resize(one, 1);
+	ts_pass p;
+	check(ts_turnstile_wait(one, &plain, TS_DEADLINE_NOW, NULL, &p) == 0,
+	      "the pass after the storm was not free");
+	ts_pass_return(&p);
+	ts_turnstile_free(one);
+}
+
+struct queued {
+	ts_claim claim;
+	ts_cancel *cancel;
+	int result;
+	_Atomic int done;
+};
+
+static void *queue_and_wait(void *arg)
+{
+	struct queued *q = arg;
+	ts_pass p;
+	q->result = ts_turnstile_wait(one, &q->claim, 0, q->cancel, &p);
+	ts_pass_return(&p);
+	atomic_store(&q->done, 1);
+	return NULL;
+}
+
+static bool wait_until(_Atomic int *flag, int64_t ns)
+{
+	int64_t end = ts_now_ns() + ns;
+	while (!atomic_load(flag) && ts_now_ns() < end)
+		sched_yield();
+	return atomic_load(flag);
+}
+
+static void wait_queued(int64_t n)
+{
+	int64_t w, end = ts_now_ns() + 10000000000;
+	do {
+		ts_turnstile_snapshot(one, NULL, &w);
+		sched_yield();
+	} while (w < n && ts_now_ns() < end);
+	check(w >= n, "waiters did not queue");
+}
+
+/* x/sync's semaphore bug: a cancelled head must not block those behind. */
+static void cancelled_head(int seconds)
+{
+	end_ns = ts_now_ns() + (int64_t)seconds * 1000000000;
+	one = ts_turnstile_new(1);
+	while (ts_now_ns() < end_ns) {
+		ts_pass held;
+		ts_cancel c = TS_CANCEL_INIT;
+		struct queued head = { { 0, 0, 0 }, &c, -1, 0 }, behind = { { 1, 0, 0 }, NULL, -1, 0 };
+		pthread_t a, b;
+		ts_turnstile_wait(one, &plain, 0, NULL, &held);
+		pthread_create(&a, NULL, queue_and_wait, &head);
+		wait_queued(1);
+		pthread_create(&b, NULL, queue_and_wait, &behind);
+		wait_queued(2);
+		ts_cancel_fire(&c);
+		check(wait_until(&head.done, 10000000000), "cancelled head did not return");
+		ts_pass_return(&held);
+		check(wait_until(&behind.done, 10000000000), "the waiter behind a cancelled head stalled");
+		pthread_join(a, NULL);
+		pthread_join(b, NULL);
+		check(head.result == ECANCELED && behind.result == 0, "wrong results");
+		atomic_fetch_add(&ops, 1);
+	}
+	int64_t avail;
+	ts_turnstile_snapshot(one, &avail, NULL);
+	check(avail == 1, "pass lost around a cancelled head");
+	ts_turnstile_free(one);
+}
+
+/* x/sync again: an already-fired cancel fails at once, even with passes free. */
+static void fired_cancel(int seconds)
+{
+	end_ns = ts_now_ns() + (int64_t)seconds * 1000000000;
+	one = ts_turnstile_new(4);
+	ts_cancel c = TS_CANCEL_INIT;
+	ts_cancel_fire(&c);
+	ts_job job = TS_JOB_INIT;
+	while (ts_now_ns() < end_ns) {
+		ts_pass p;
+		check(ts_turnstile_wait(one, &plain, 0, &c, &p) == ECANCELED && !ts_pass_issued(&p),
+		      "a fired cancel took a free pass");
+		void *item;
+		ts_waitlist *w = ts_waitlist_new(0, 0);
+		check(ts_waitlist_take(w, &item, NULL, NULL, 0, &c) == ECANCELED,
+		      "a fired cancel created an item");
+		ts_waitlist_free(w);
+		(void)job;
+		atomic_fetch_add(&ops, 1);
+	}
+	int64_t avail;
+	ts_turnstile_snapshot(one, &avail, NULL);
+	check(avail == 4, "a cancelled wait consumed a pass");
+	ts_turnstile_free(one);
+}
+
+/* Close racing a storm of timeouts: nobody is stranded, nothing unlinked twice. */
+static void close_vs_timeouts(int seconds)
+{
+	end_ns = ts_now_ns() + (int64_t)seconds * 1000000000;
+	while (ts_now_ns() < end_ns) {
+		one = ts_turnstile_new(1);
+		pthread_t th[4];
+		int64_t storm_end = end_ns;
+		end_ns = ts_now_ns() + 20000000;
+		for (int i = 0; i < 4; i++)
+			pthread_create(&th[i], NULL, timed_try, (void *)(intptr_t)i);
+		busy_ns(5000000);
+		ts_turnstile_close(one);
+		for (int i = 0; i < 4; i++)
+			pthread_join(th[i], NULL);
+		end_ns = storm_end;
+		int64_t avail, waiting;
+		ts_turnstile_snapshot(one, &avail, &waiting);
+		check(avail == 1 && waiting == 0, "close racing timeouts lost a pass or a waiter");
+		ts_turnstile_free(one);
+		atomic_fetch_add(&ops, 1);
+	}
+}
+
+/* Resize racing close: blocked waiters all get out, the count stays whole. */
+static void resize_vs_close(int seconds)
+{
+	end_ns = ts_now_ns() + (int64_t)seconds * 1000000000;
+	uint64_t x = seed + 3;
+	while (ts_now_ns() < end_ns) {
+		one = ts_turnstile_new(0);
+		struct queued q[4];
+		pthread_t th[4];
+		for (int i = 0; i < 4; i++) {
+			q[i] = (struct queued){ { 0, 0, (uint64_t)i }, NULL, -1, 0 };
+			pthread_create(&th[i], NULL, queue_and_wait, &q[i]);
+		}
+		for (int i = 0; i < (int)(next_rand(&x) % 8); i++)
+			ts_turnstile_resize(one, (int64_t)(next_rand(&x) % 3));
+		ts_turnstile_close(one);
+		ts_turnstile_resize(one, 2);
+		for (int i = 0; i < 4; i++) {
+			check(wait_until(&q[i].done, 10000000000), "a waiter was stranded by close");
+			pthread_join(th[i], NULL);
+			check(q[i].result == 0 || q[i].result == ESHUTDOWN, "unexpected result");
+		}
+		int64_t avail, waiting;
+		ts_turnstile_snapshot(one, &avail, &waiting);
+		check(avail == 2 && waiting == 0, "resize racing close miscounted");
+		ts_turnstile_free(one);
+		atomic_fetch_add(&ops, 1);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	int seconds = 5;
+	const char *scenario = "mix";
+	seed = (uint64_t)ts_now_ns();
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+			seconds = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+			seed = strtoull(argv[++i], NULL, 0);
+		else if (!strcmp(argv[i], "--scenario") && i + 1 < argc)
+			scenario = argv[++i];
+		else {
+			fprintf(stderr, "usage: stress [--seconds N] [--seed S] [--scenario NAME]\n");
+			return 2;
+		}
+	}
+	if (seconds < 1 || !seed) {
+		fprintf(stderr, "stress: --seconds must be >= 1 and --seed non-zero\n");
+		return 2;
+	}
+	printf("stress: scenario %s, seed %" PRIu64 ", %d s\n", scenario, seed, seconds);
+	fflush(stdout);
+	pthread_t dog;
+	int n_watched = 4;
+	if (strcmp(scenario, "mix"))
+		pthread_create(&dog, NULL, watchdog, &n_watched);
+	if (!strcmp(scenario, "mix"))
+		run_mix(seconds);
+	else if (!strcmp(scenario, "timed-try-storm"))
+		timed_try_storm(seconds);
+	else if (!strcmp(scenario, "cancelled-head"))
+		cancelled_head(seconds);
+	else if (!strcmp(scenario, "fired-cancel"))
+		fired_cancel(seconds);
+	else if (!strcmp(scenario, "close-vs-timeouts"))
+		close_vs_timeouts(seconds);
+	else if (!strcmp(scenario, "resize-vs-close"))
+		resize_vs_close(seconds);
+	else {
+		fprintf(stderr, "stress: unknown scenario %s\n", scenario);
+		return 2;
+	}
+	if (strcmp(scenario, "mix")) {
+		atomic_store(&stop_watchdog, 1);
+		pthread_join(dog, NULL);
+	}
+	long v = atomic_load(&violations);
+	printf("stress: %s: %ld operations, %ld invariant checks, %ld violations (seed %" PRIu64
+	       ")\n",
+	       scenario, atomic_load(&ops), atomic_load(&checks), v, seed);
+	return v ? 1 : 0;
+}
