@@ -18,9 +18,11 @@
  * reads its state: a final outcome means it was granted (or closed) first
  * and it is no longer in the queue; otherwise it unlinks itself.
  *
- * Model: docs of this protocol's states are mirrored one for one in the
- * comments of waiter.c.  How a granted waiter is told is this header's
- * waiter_grant()/waiter_wake() pair and nothing else. */
+ * Model: tests/model/turnstile.pml mirrors these states one for one (with
+ * the turnstile's word, lock and cancel nudge) and spin checks it
+ * exhaustively: no lost or doubled pass, no waiter asleep forever.  Change
+ * the protocol here, change the model there.  How a granted waiter is told
+ * is this header's waiter_grant()/waiter_wake() pair and nothing else. */
 #ifndef TS_LIB_WAITER_H
 #define TS_LIB_WAITER_H
 

@@ -4,7 +4,8 @@
 set -euo pipefail
 
 packages=(build-essential autoconf automake libtool pkg-config
-	  liburcu-dev libcriterion-dev gnuplot-nox valgrind strace)
+	  liburcu-dev libcriterion-dev gnuplot-nox valgrind strace
+	  spin clang libclang-rt-14-dev)
 
 missing=()
 for p in "${packages[@]}"; do

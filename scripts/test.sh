@@ -1,34 +1,61 @@
 #!/usr/bin/env bash
-# The whole test suite: installs what is missing, then builds and runs
-# `make check` three times — plain (-Werror), AddressSanitizer+UBSan, and
-# ThreadSanitizer, the sanitizer builds with fault injection at the
-# protocol's race windows — each in its own build folder under build/.
-# make check includes the Criterion tests and the stress harness.
-set -euo pipefail
+# The whole test suite (the README's test command, and CI's):
+#  1. make check three times, each in its own folder under build/ —
+#     plain (-Werror), AddressSanitizer+UBSan, and ThreadSanitizer, the
+#     sanitizer builds with fault injection at the protocol's race windows.
+#     make check runs the Criterion tests, the stress harness (fixed and
+#     random seeds) and the fuzz corpus replay.
+#  2. valgrind memcheck over the plain build's test programs;
+#  3. libFuzzer against the reference model (clang), FUZZ_SECONDS;
+#  4. spin's exhaustive check of the wake-up protocol's model.
+# It installs what is missing first.  Ends with "N passed, N failed".
+set -uo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/deps.sh
-[ -x configure ] && [ configure -nt configure.ac ] || autoreconf -fi
+scripts/deps.sh || exit 1
+{ [ -x configure ] && [ configure -nt configure.ac ]; } || autoreconf -fi || exit 1
 
 jobs=$(nproc)
-status=0
+passed=0 failed=0
+step() { # name command... : run a whole-suite step, counting it once
+	echo "=== $1"
+	shift
+	if "$@"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "=== FAILED"; fi
+}
+count_suite() { # add a build's Automake totals
+	local log=$1/test-suite.log p f e
+	p=$(awk '/^# PASS:/ {print $3}' "$log" 2>/dev/null)
+	f=$(awk '/^# FAIL:/ {print $3}' "$log" 2>/dev/null)
+	e=$(awk '/^# ERROR:/ {print $3}' "$log" 2>/dev/null)
+	passed=$((passed + ${p:-0}))
+	failed=$((failed + ${f:-0} + ${e:-0}))
+}
+
 for variant in plain address thread; do
 	dir=build/$variant
 	mkdir -p "$dir"
 	args=(--enable-werror)
 	[ "$variant" = plain ] || args+=(--enable-sanitizer="$variant" --enable-fault-injection)
 	echo "=== $variant: configure ${args[*]}"
-	(cd "$dir" && ../../configure -q "${args[@]}" >/dev/null)
+	if ! (cd "$dir" && ../../configure -q "${args[@]}" >/dev/null) ||
+	   ! make -C "$dir" -j"$jobs" -s >/dev/null; then
+		echo "=== $variant: build FAILED"
+		failed=$((failed + 1))
+		continue
+	fi
 	echo "=== $variant: make check"
 	if ! make -C "$dir" -j"$jobs" -s check; then
-		status=1
-		for log in "$dir"/tests/*.log; do
-			grep -q '^not ok\|^ERROR\|^FAIL' "$log" 2>/dev/null && cat "$log"
+		for log in "$dir"/tests/*.log "$dir"/tests/*/*.log; do
+			grep -qE '^(not ok|ERROR|FAIL)' "$log" 2>/dev/null && cat "$log"
 		done
 	fi
+	grep -h "^stress: .*violations" "$dir"/tests/stress/run.log 2>/dev/null | sed "s/^/$variant: /"
+	count_suite "$dir"
 done
 
-if [ $status -eq 0 ]; then
-	echo "all test builds passed (plain, address+undefined, thread)"
-fi
-exit $status
+step "memcheck (valgrind) over the unit tests" tests/memcheck.sh build/plain
+step "libFuzzer against the reference model (${FUZZ_SECONDS:-60} s)" tests/fuzz/run.sh build/fuzz
+step "spin: exhaustive model check of the wake-up protocol" tests/model/check.sh build/model
+
+echo "test.sh: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

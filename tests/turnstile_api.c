@@ -6,42 +6,6 @@
 
 static const ts_claim claim = { 0, 0, 0 };
 
-Test(turnstile_api, bad_input_is_einval_not_a_crash)
-{
-	ts_pass p = TS_PASS_NONE;
-
-	errno = 0;
-	cr_assert_null(ts_turnstile_new(-1));
-	cr_assert_eq(errno, EINVAL);
-	errno = 0;
-	cr_assert_null(ts_turnstile_new(TS_CONCURRENCY_MAX + 1));
-	cr_assert_eq(errno, EINVAL);
-
-	ts_turnstile *t = ts_turnstile_new(1);
-	cr_assert_not_null(t);
-	cr_assert_eq(ts_turnstile_wait(NULL, &claim, 0, NULL, &p), EINVAL);
-	cr_assert_eq(ts_turnstile_wait(t, NULL, 0, NULL, &p), EINVAL);
-	cr_assert_eq(ts_turnstile_wait(t, &claim, 0, NULL, NULL), EINVAL);
-	cr_assert_not(ts_pass_issued(&p));
-	cr_assert_eq(ts_turnstile_resize(NULL, 1), EINVAL);
-	cr_assert_eq(ts_turnstile_resize(t, -1), EINVAL);
-	cr_assert_eq(ts_turnstile_resize(t, TS_CONCURRENCY_MAX + 1), EINVAL);
-	cr_assert_eq(available(t), 1, "a refused resize changed nothing");
-
-	ts_turnstile_close(NULL);
-	cr_assert_not(ts_turnstile_closed(NULL));
-	int64_t a = 5, w = 5;
-	ts_turnstile_snapshot(NULL, &a, &w);
-	cr_assert(a == 0 && w == 0);
-	ts_pass_return(NULL);
-	cr_assert_not(ts_pass_issued(NULL));
-	cr_assert_eq(ts_pass_waited_ns(NULL), 0);
-	ts_cancel_fire(NULL);
-	cr_assert_not(ts_cancel_fired(NULL));
-	ts_turnstile_free(NULL);
-	ts_turnstile_free(t);
-}
-
 Test(turnstile_api, double_return_and_unissued_return_change_nothing)
 {
 	ts_turnstile *t = ts_turnstile_new(1);

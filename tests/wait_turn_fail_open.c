@@ -84,27 +84,3 @@ Test(wait_turn_fail_open, closed_set)
 	ts_pass_return(&held);
 	ts_set_free(s);
 }
-
-Test(wait_turn_fail_open, bad_input)
-{
-	ts_set *s = ts_set_new();
-	cr_assert_eq(ts_set_resize(NULL, 0, 1), EINVAL);
-	cr_assert_eq(ts_set_resize(s, -1, 1), EINVAL);
-	cr_assert_eq(ts_set_resize(s, 0, -1), EINVAL);
-	cr_assert_null(ts_set_turnstile(s, -5));
-	cr_assert_null(ts_set_turnstile(NULL, 0));
-	cr_assert_not(ts_set_closed(NULL));
-	ts_set_close(NULL);
-	ts_set_snapshot(NULL, NULL, NULL);
-	ts_set_snapshot(s, NULL, NULL);
-	ts_set_prioritize(NULL, NULL, 0, 0);
-	ts_job_set_deadline(NULL, 1);
-	ts_job_set_cancel(NULL, NULL);
-	ts_gate g = ts_set_gate(s, 0);
-	ts_pass p;
-	cr_assert_not(ts_gate_acquire(NULL, NULL, 0, &p));
-	cr_assert_not(ts_gate_acquire(&g, NULL, 0, &p));
-	cr_assert_not(ts_pass_issued(&p));
-	ts_set_free(s);
-	ts_set_free(NULL);
-}

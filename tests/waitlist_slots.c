@@ -90,24 +90,3 @@ Test(waitlist_slots, expired_deadline_or_fired_cancel_returns_without_loading)
 	cr_assert_eq(item, (void *)3);
 	ts_waitlist_free(w);
 }
-
-Test(waitlist_slots, bad_input)
-{
-	ts_waitlist *w = ts_waitlist_new(0, 0);
-	void *item = (void *)1;
-	size_t c = 9, r = 9, q = 9;
-
-	cr_assert_eq(ts_waitlist_take(NULL, &item, NULL, NULL, 0, NULL), EINVAL);
-	cr_assert_null(item);
-	cr_assert_eq(ts_waitlist_take(w, NULL, NULL, NULL, 0, NULL), EINVAL);
-	cr_assert_not(ts_waitlist_try_take(NULL, &item));
-	cr_assert_not(ts_waitlist_try_take(w, NULL));
-	cr_assert_not(ts_waitlist_put(NULL, item));
-	ts_waitlist_discard(NULL);
-	ts_waitlist_close(NULL);
-	ts_waitlist_stats(NULL, &c, &r, &q);
-	cr_assert(c == 0 && r == 0 && q == 0);
-	ts_waitlist_stats(w, NULL, NULL, NULL);
-	ts_waitlist_free(NULL);
-	ts_waitlist_free(w);
-}

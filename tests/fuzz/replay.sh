@@ -1,0 +1,3 @@
+#!/bin/sh
+# make check: replay the seed corpus through the model-checking target.
+exec ./tests/fuzz/fuzz_ops "$(dirname "$0")"/corpus/*
