@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "hook.h"
+#include "probe.h"
 #include "skiplist.h"
 #include "spinlock.h"
 #include "turnstile_impl.h"
@@ -127,17 +128,32 @@ static int leave(ts_turnstile *t, struct turn_waiter *tw, int reason)
 	return s >= WAITER_FINAL ? (int)s : reason;
 }
 
+static int wait_queued(ts_turnstile *t, const ts_claim *claim, int64_t start,
+		       int64_t deadline_ns, ts_cancel *cancel, ts_pass *pass);
+
 /* Out of line and cold, so the fast path stays a leaf with no frame. */
 __attribute__((noinline, cold)) TS_API int ts_private_wait_slow(ts_turnstile *t, const ts_claim *claim,
 		     int64_t deadline_ns, ts_cancel *cancel, ts_pass *pass)
 {
-	struct turn_waiter tw;
-
 	if (atomic_load_explicit(&t->word, memory_order_relaxed) & WORD_CLOSED)
 		return ESHUTDOWN;
 	if (cancel_fired_now(cancel))
 		return ECANCELED;
 	int64_t start = ts_now_ns();
+	TS_PROBE3(wait__start, t, claim->priority, claim->since_ns);
+	int r = wait_queued(t, claim, start, deadline_ns, cancel, pass);
+	if (r == 0)
+		TS_PROBE3(wait__done, t, pass->private_waited_ns, claim->priority);
+	else
+		TS_PROBE2(wait__fail, t, r);
+	return r;
+}
+
+/* Queue and park (the part of the slow path that can wait). */
+static int wait_queued(ts_turnstile *t, const ts_claim *claim, int64_t start,
+		       int64_t deadline_ns, ts_cancel *cancel, ts_pass *pass)
+{
+	struct turn_waiter tw;
 
 	tw.link.key = *claim;
 	waiter_init(&tw.w);
@@ -185,6 +201,7 @@ __attribute__((noinline, cold)) TS_API void ts_private_return_slow(ts_turnstile 
 
 	wakeups_init(&wk);
 
+	TS_PROBE1(pass__return, t);
 	spin_lock(&t->lock);
 	atomic_fetch_add_explicit(&t->word, WORD_UNIT, memory_order_release);
 	drain(t, &wk);
@@ -218,6 +235,7 @@ TS_API int ts_turnstile_resize(ts_turnstile *t, int64_t concurrency)
 	spin_lock(&t->lock);
 	/* Move by the delta: passes held now stay held and are not reissued. */
 	int64_t delta = concurrency - t->ceiling;
+	TS_PROBE3(resize, t, t->ceiling, concurrency);
 	t->ceiling = concurrency;
 	atomic_fetch_add_explicit(&t->word, units(delta), memory_order_release);
 	if (!(atomic_load_explicit(&t->word, memory_order_relaxed) & WORD_CLOSED))
@@ -239,6 +257,7 @@ TS_API void ts_turnstile_close(ts_turnstile *t)
 
 	if (!t)
 		return;
+	TS_PROBE1(close, t);
 	spin_lock(&t->lock);
 	atomic_fetch_or_explicit(&t->word, WORD_CLOSED, memory_order_release);
 	while ((n = skip_first(&t->queue))) {

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 
 #include "hook.h"
+#include "probe.h"
 #include "spinlock.h"
 #include "waiter.h"
 
@@ -224,6 +225,7 @@ static int run_load(ts_waitlist *w, struct taker *n, ts_load_fn load, void *arg,
 	int err = load ? load(arg, &made) : 0;
 	if (err < 0)
 		err = EIO; /* a load must return a positive errno; keep it an error */
+	TS_PROBE3(create, w, made, err);
 	return finish_load(w, n, err, made, out);
 }
 
@@ -318,6 +320,8 @@ TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
 	spin_unlock(&w->lock);
 
 	TS_FAULT(); /* window: queued, not yet parked (nor watching cancel) */
+	TS_PROBE2(take__start, w, n.loading);
+	int64_t start = ts_now_ns();
 	if (cancel)
 		cancel_watch(cancel, &n.w);
 	for (;;) {
@@ -344,6 +348,7 @@ TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
 	}
 	if (cancel)
 		cancel_unwatch(cancel, &n.w);
+	TS_PROBE3(take__done, w, ts_now_ns() - start, r);
 	return r;
 }
 
@@ -368,6 +373,7 @@ TS_API bool ts_waitlist_put(ts_waitlist *w, void *item)
 	if (!w)
 		return false;
 	spin_lock(&w->lock);
+	TS_PROBE2(put, w, item);
 	bool ok = !w->closed && (w->head || reserve(w, w->n_ready + w->loading + 1));
 	if (ok)
 		hand_out(w, item, &wk);
@@ -384,6 +390,7 @@ TS_API void ts_waitlist_discard(ts_waitlist *w)
 
 	if (!w)
 		return;
+	TS_PROBE1(discard, w);
 	spin_lock(&w->lock);
 	if (w->created > 0) {
 		w->created--;

@@ -36,3 +36,19 @@ AC_DEFUN([TS_FAULT_INJECTION], [
     [TS_FAULT_CPPFLAGS="-DTS_FAULT_INJECTION"])
   AC_SUBST([TS_FAULT_CPPFLAGS])
 ])
+
+# TS_USDT: USDT probes through <sys/sdt.h> (Debian: systemtap-sdt-dev),
+# detected by default; --disable-usdt drops them.
+AC_DEFUN([TS_USDT], [
+  AC_ARG_ENABLE([usdt],
+    [AS_HELP_STRING([--disable-usdt], [build without USDT probes])],
+    [], [enable_usdt=auto])
+  TS_SDT_CPPFLAGS=""
+  AS_IF([test "x$enable_usdt" != xno], [
+    AC_CHECK_HEADER([sys/sdt.h], [enable_usdt=yes], [
+      AS_IF([test "x$enable_usdt" = xyes], [AC_MSG_ERROR([--enable-usdt needs sys/sdt.h (systemtap-sdt-dev)])])
+      enable_usdt=no])])
+  AS_IF([test "x$enable_usdt" = xyes], [TS_SDT_CPPFLAGS="-DTS_HAVE_SDT"])
+  AC_SUBST([TS_SDT_CPPFLAGS])
+  AC_SUBST([TS_USDT], [$enable_usdt])
+])
