@@ -7,7 +7,8 @@
 #     random seeds) and the fuzz corpus replay.
 #  2. valgrind memcheck over the plain build's test programs;
 #  3. libFuzzer against the reference model (clang), FUZZ_SECONDS;
-#  4. spin's exhaustive check of the wake-up protocol's model.
+#  4. spin's exhaustive check of the wake-up protocol's model;
+#  5. make distcheck (the tarball builds, installs and passes make check).
 # It installs what is missing first.  Ends with "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +57,7 @@ done
 step "memcheck (valgrind) over the unit tests" tests/memcheck.sh build/plain
 step "libFuzzer against the reference model (${FUZZ_SECONDS:-60} s)" tests/fuzz/run.sh build/fuzz
 step "spin: exhaustive model check of the wake-up protocol" tests/model/check.sh build/model
+step "make distcheck" make -C build/plain -s distcheck
 
 echo "test.sh: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
