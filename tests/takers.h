@@ -76,4 +76,16 @@ static inline int counting_load(void *arg, void **item)
 	return 0;
 }
 
+/* A load that announces itself and blocks until the test releases it; it
+ * makes the item it was given as its argument. */
+static _Atomic int release_load, in_load;
+static inline int blocked_load(void *arg, void **item)
+{
+	atomic_store(&in_load, 1);
+	while (!atomic_load(&release_load))
+		sched_yield();
+	*item = arg;
+	return 0;
+}
+
 #endif

@@ -72,16 +72,6 @@ Test(waitlist_caps, max_waiters_gives_eagain)
 	ts_waitlist_free(w);
 }
 
-static _Atomic int release_load, in_load;
-static int blocked_load(void *arg, void **item)
-{
-	atomic_store(&in_load, 1);
-	while (!atomic_load(&release_load))
-		sched_yield();
-	*item = arg;
-	return 0;
-}
-
 Test(waitlist_caps, a_slow_load_blocks_no_other_caller)
 {
 	ts_waitlist *w = ts_waitlist_new(2, 0);

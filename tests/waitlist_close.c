@@ -42,16 +42,6 @@ Test(waitlist_close, ready_items_are_still_returned_after_close)
 	ts_waitlist_free(w);
 }
 
-static _Atomic int release_load, in_load;
-static int blocked_load(void *arg, void **item)
-{
-	atomic_store(&in_load, 1);
-	while (!atomic_load(&release_load))
-		sched_yield();
-	*item = arg;
-	return 0;
-}
-
 Test(waitlist_close, a_loader_closed_out_keeps_the_item_it_made)
 {
 	ts_waitlist *w = ts_waitlist_new(0, 0);

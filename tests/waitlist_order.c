@@ -49,15 +49,6 @@ Test(waitlist_order, ready_items_are_reused_last_in_first_out)
 
 /* A created item goes to the oldest taker: here an earlier taker, not its
  * maker. */
-static _Atomic int release_load;
-static int gated_load(void *arg, void **item)
-{
-	while (!atomic_load(&release_load))
-		sched_yield();
-	*item = arg;
-	return 0;
-}
-
 Test(waitlist_order, a_created_item_goes_to_the_oldest_taker)
 {
 	ts_waitlist *w = ts_waitlist_new(2, 0);
@@ -67,8 +58,8 @@ Test(waitlist_order, a_created_item_goes_to_the_oldest_taker)
 	atomic_store(&release_load, 0);
 	cr_assert_eq(ts_waitlist_take(w, &held, counting_load, NULL, 0, NULL), 0);
 	/* taker 0 makes item A (slow); taker 1 finds no slot and waits */
-	start_taker(0, w, gated_load, (void *)0xA, 1);
-	start_taker(1, w, gated_load, (void *)0xB, 2);
+	start_taker(0, w, blocked_load, (void *)0xA, 1);
+	start_taker(1, w, blocked_load, (void *)0xB, 2);
 	cr_assert(ts_waitlist_put(w, held)); /* reaches taker 0, the oldest */
 	WAIT_FOR(atomic_load(&n_took) == 0 && list_waiting(w) == 1);
 	atomic_store(&release_load, 1);

@@ -24,7 +24,6 @@ Test(waitlist_slots, a_failed_load_frees_its_slot_and_reports_its_error)
 	ts_waitlist_free(w);
 }
 
-static _Atomic int release_load;
 static int slow_refused_load(void *arg, void **item)
 {
 	while (!atomic_load(&release_load))
