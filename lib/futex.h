@@ -11,7 +11,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "counters.h"
 
 /* Sleep while *word == expected, until woken or until the absolute
  * CLOCK_MONOTONIC deadline (0: none).  Returns 0 or an errno (EAGAIN: the
@@ -27,7 +26,6 @@ static inline int futex_wait(_Atomic uint32_t *word, uint32_t expected,
 		ts.tv_nsec = deadline_ns % 1000000000;
 		tp = &ts;
 	}
-	TS_COUNT(futex_waits);
 	/* WAIT_BITSET takes an absolute CLOCK_MONOTONIC timeout. */
 	if (syscall(SYS_futex, word, FUTEX_WAIT_BITSET | FUTEX_PRIVATE_FLAG,
 		    expected, tp, NULL, FUTEX_BITSET_MATCH_ANY) == 0)
@@ -40,7 +38,6 @@ static inline int futex_wait(_Atomic uint32_t *word, uint32_t expected,
  * tolerates spurious wake-ups. */
 static inline void futex_wake(_Atomic uint32_t *word, int n)
 {
-	TS_COUNT(futex_wakes);
 	syscall(SYS_futex, word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, n, NULL, NULL, 0);
 }
 

@@ -1,15 +1,10 @@
-/* Storage for the test hook, fault injection and benchmark counters. */
+/* Storage for the test hook, and fault injection. */
 #include "hook.h"
-#include "counters.h"
 
 #include <sched.h>
 #include <stdint.h>
 
 _Atomic(ts_hook_fn) ts_hook;
-
-#ifdef TS_ENABLE_COUNTERS
-struct ts_counters ts_counters;
-#endif
 
 #ifdef TS_FAULT_INJECTION
 /* One in four windows yields the CPU, one in eight spins ~1-2 us: enough to
