@@ -10,7 +10,10 @@
  * and the connection is back in the pool.
  *
  *   dbproxy [--dir DIR] [--shards N] [--pool P] [--clients C] [--jobs J]
- *           [--queries Q] [--rows R]
+ *           [--queries Q] [--rows R] [--pg CONNINFO]
+ *
+ * With --pg (when built with libpq) the shards are tables of a PostgreSQL
+ * database instead of SQLite files; everything else is the same.
  *
  * Prints per-band query and job latency and the order jobs finished in;
  * exits non-zero if any query returned a wrong answer or any pass, slot or
@@ -19,6 +22,9 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <sqlite3.h>
+#ifdef TS_HAVE_LIBPQ
+#include <libpq-fe.h>
+#endif
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +39,8 @@ static const char *band_name[BANDS] = { "interactive", "normal", "batch" };
 static struct {
 	const char *dir;
 	int shards, pool, clients, jobs, queries, rows;
-} opt = { NULL, 3, 2, 12, 4, 4, 5000 };
+	const char *pg;
+} opt = { NULL, 3, 2, 12, 4, 4, 5000, NULL };
 
 struct shard {
 	char path[4096];
@@ -81,8 +88,18 @@ static double pct(struct samples *s, double p)
 	return (double)s->v[(int)(p * (s->n - 1))] / 1e6;
 }
 
-/* The pool's load: open a connection on the taking thread, no lock held. */
-static int open_connection(void *arg, void **item)
+/* A backend: how to make a shard, open a connection to it (the pool's
+ * load: on the taking thread, no lock held), read a query to the end, and
+ * close a connection. */
+struct backend {
+	const char *name;
+	void (*create)(int shard);
+	int (*open)(void *shard, void **conn);
+	int64_t (*query)(void *conn, int shard); /* sum(id * 7 % 1000), or -1 */
+	void (*close)(void *conn);
+};
+
+static int sqlite_open(void *arg, void **item)
 {
 	struct shard *sh = arg;
 	sqlite3 *db;
@@ -97,7 +114,15 @@ static int open_connection(void *arg, void **item)
 	return 0;
 }
 
-static void create_shard(int i)
+static int64_t expected_sum(void)
+{
+	int64_t sum = 0;
+	for (int r = 1; r <= opt.rows; r++)
+		sum += (int64_t)r * 7 % 1000;
+	return sum;
+}
+
+static void sqlite_create(int i)
 {
 	struct shard *sh = &shards[i];
 	snprintf(sh->path, sizeof(sh->path), "%s/shard%d.db", opt.dir, i);
@@ -111,17 +136,114 @@ static void create_shard(int i)
 			 "BEGIN;", NULL, NULL, NULL);
 	sqlite3_stmt *ins;
 	sqlite3_prepare_v2(db, "INSERT INTO items VALUES (?, ?)", -1, &ins, NULL);
-	sh->expected_sum = 0;
 	for (int r = 1; r <= opt.rows; r++) {
 		sqlite3_bind_int(ins, 1, r);
 		sqlite3_bind_text(ins, 2, "payload of a row, read in full", -1, SQLITE_STATIC);
 		sqlite3_step(ins);
 		sqlite3_reset(ins);
-		sh->expected_sum += (int64_t)r * 7 % 1000;
 	}
 	sqlite3_finalize(ins);
 	sqlite3_exec(db, "COMMIT;", NULL, NULL, NULL);
 	sqlite3_close(db);
+}
+
+/* Every row is read while the caller holds its pass and the connection. */
+static int64_t sqlite_query(void *conn, int shard)
+{
+	sqlite3_stmt *st;
+	int64_t sum = 0;
+	if (sqlite3_prepare_v2(conn, "SELECT id, payload FROM items ORDER BY id", -1, &st, NULL) !=
+	    SQLITE_OK)
+		return -1;
+	while (sqlite3_step(st) == SQLITE_ROW)
+		sum += sqlite3_column_int64(st, 0) * 7 % 1000;
+	sqlite3_finalize(st);
+	return sum;
+}
+
+static void sqlite_close(void *conn)
+{
+	sqlite3_close(conn);
+}
+
+static const struct backend sqlite_backend = { "SQLite", sqlite_create, sqlite_open,
+					       sqlite_query, sqlite_close };
+
+#ifdef TS_HAVE_LIBPQ
+static int pg_open(void *arg, void **item)
+{
+	PGconn *c = PQconnectdb(opt.pg);
+	if (PQstatus(c) != CONNECTION_OK) {
+		fprintf(stderr, "dbproxy: %s", PQerrorMessage(c));
+		PQfinish(c);
+		return ECONNREFUSED;
+	}
+	atomic_fetch_add(&((struct shard *)arg)->opened, 1);
+	*item = c;
+	return 0;
+}
+
+static void pg_exec(PGconn *c, const char *sql)
+{
+	PGresult *r = PQexec(c, sql);
+	if (PQresultStatus(r) != PGRES_COMMAND_OK && PQresultStatus(r) != PGRES_TUPLES_OK) {
+		fprintf(stderr, "dbproxy: %s: %s", sql, PQerrorMessage(c));
+		exit(1);
+	}
+	PQclear(r);
+}
+
+static void pg_create(int i)
+{
+	char sql[256];
+	PGconn *c = PQconnectdb(opt.pg);
+	if (PQstatus(c) != CONNECTION_OK) {
+		fprintf(stderr, "dbproxy: %s", PQerrorMessage(c));
+		exit(1);
+	}
+	snprintf(sql, sizeof(sql), "DROP TABLE IF EXISTS dbproxy_shard%d", i);
+	pg_exec(c, sql);
+	snprintf(sql, sizeof(sql), "CREATE TABLE dbproxy_shard%d(id int PRIMARY KEY, payload text)", i);
+	pg_exec(c, sql);
+	snprintf(sql, sizeof(sql),
+		 "INSERT INTO dbproxy_shard%d SELECT g, 'payload of a row, read in full' "
+		 "FROM generate_series(1, %d) g", i, opt.rows);
+	pg_exec(c, sql);
+	PQfinish(c);
+	snprintf(shards[i].path, sizeof(shards[i].path), "table dbproxy_shard%d", i);
+}
+
+static int64_t pg_query(void *conn, int shard)
+{
+	char sql[128];
+	snprintf(sql, sizeof(sql), "SELECT id, payload FROM dbproxy_shard%d ORDER BY id", shard);
+	PGresult *r = PQexec(conn, sql);
+	int64_t sum = -1;
+	if (PQresultStatus(r) == PGRES_TUPLES_OK) {
+		sum = 0;
+		for (int row = 0; row < PQntuples(r); row++)
+			sum += atoll(PQgetvalue(r, row, 0)) * 7 % 1000;
+	}
+	PQclear(r); /* the rows are read: now the connection is free */
+	return sum;
+}
+
+static void pg_close(void *conn)
+{
+	PQfinish(conn);
+}
+
+static const struct backend pg_backend = { "PostgreSQL", pg_create, pg_open, pg_query,
+					   pg_close };
+#endif
+
+static const struct backend *store = &sqlite_backend;
+
+static void create_shard(int i)
+{
+	struct shard *sh = &shards[i];
+	store->create(i);
+	sh->expected_sum = expected_sum();
 	sh->conns = ts_waitlist_new((size_t)opt.pool, 0);
 	if (ts_set_resize(turns, i, opt.pool) != 0) {
 		fprintf(stderr, "dbproxy: cannot size shard %d\n", i);
@@ -137,21 +259,14 @@ static void query(ts_job *job, int shard, int band)
 	int64_t t0 = ts_now_ns();
 	ts_pass pass = ts_wait_turn(job);
 	void *conn;
-	int err = ts_waitlist_take(sh->conns, &conn, open_connection, sh, 0, NULL);
+	int err = ts_waitlist_take(sh->conns, &conn, store->open, sh, 0, NULL);
 	if (err) {
 		fprintf(stderr, "dbproxy: take on shard %d: %s\n", shard, strerror(err));
 		atomic_fetch_add(&failures, 1);
 		ts_pass_return(&pass);
 		return;
 	}
-	sqlite3_stmt *st;
-	int64_t sum = 0;
-	if (sqlite3_prepare_v2(conn, "SELECT id, payload FROM items ORDER BY id", -1, &st, NULL) ==
-	    SQLITE_OK) {
-		while (sqlite3_step(st) == SQLITE_ROW) /* every row read while the pass is held */
-			sum += sqlite3_column_int64(st, 0) * 7 % 1000;
-		sqlite3_finalize(st);
-	}
+	int64_t sum = store->query(conn, shard); /* every row read, the statement done */
 	if (sum != sh->expected_sum)
 		atomic_fetch_add(&wrong, 1);
 	ts_waitlist_put(sh->conns, conn);
@@ -182,7 +297,7 @@ static void *client(void *arg)
 static void usage(void)
 {
 	fprintf(stderr, "usage: dbproxy [--dir DIR] [--shards N] [--pool P] [--clients C] "
-			"[--jobs J] [--queries Q] [--rows R]\n");
+			"[--jobs J] [--queries Q] [--rows R] [--pg CONNINFO]\n");
 	exit(2);
 }
 
@@ -207,8 +322,18 @@ int main(int argc, char **argv)
 			opt.queries = n;
 		else if (!strcmp(k, "--rows") && n > 0)
 			opt.rows = n;
+		else if (!strcmp(k, "--pg"))
+			opt.pg = v;
 		else
 			usage();
+	}
+	if (opt.pg) {
+#ifdef TS_HAVE_LIBPQ
+		store = &pg_backend;
+#else
+		fprintf(stderr, "dbproxy: built without libpq: --pg is not available\n");
+		return 2;
+#endif
 	}
 	char tmpl[] = "/tmp/dbproxy.XXXXXX";
 	if (!opt.dir && !(opt.dir = mkdtemp(tmpl))) {
@@ -224,9 +349,9 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < opt.shards; i++)
 		create_shard(i);
-	printf("dbproxy: %d shards x %d SQLite connections (%s), %d clients x %d jobs x %d "
-	       "queries of %d rows\n",
-	       opt.shards, opt.pool, opt.dir, opt.clients, opt.jobs, opt.queries, opt.rows);
+	printf("dbproxy: %d shards x %d %s connections, %d clients x %d jobs x %d queries of %d "
+	       "rows\n",
+	       opt.shards, opt.pool, store->name, opt.clients, opt.jobs, opt.queries, opt.rows);
 
 	int64_t t0 = ts_now_ns();
 	pthread_t *th = calloc((size_t)opt.clients, sizeof(pthread_t));
@@ -259,9 +384,10 @@ int main(int argc, char **argv)
 			lost++;
 		void *conn;
 		while (ts_waitlist_try_take(shards[i].conns, &conn))
-			sqlite3_close(conn);
+			store->close(conn);
 		ts_waitlist_free(shards[i].conns);
-		unlink(shards[i].path);
+		if (store == &sqlite_backend)
+			unlink(shards[i].path);
 		printf("shard %d opened %d connections; ", i, atomic_load(&shards[i].opened));
 	}
 	printf("\n");

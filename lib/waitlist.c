@@ -317,10 +317,12 @@ TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
 	} else {
 		n.w.spin = w->head == &n && spin_policy_allows(&w->spin);
 	}
+	/* Read under the lock: once it is dropped, pass_slot may write it. */
+	bool loads_first = n.loading;
 	spin_unlock(&w->lock);
 
 	TS_FAULT(); /* window: queued, not yet parked (nor watching cancel) */
-	TS_PROBE2(take__start, w, n.loading);
+	TS_PROBE2(take__start, w, loads_first);
 	int64_t start = ts_now_ns();
 	if (cancel)
 		cancel_watch(cancel, &n.w);
