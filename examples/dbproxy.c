@@ -394,6 +394,13 @@ int main(int argc, char **argv)
 	if (opt.dir == tmpl)
 		rmdir(tmpl);
 	ts_set_free(turns);
+	free(th);
+	free(shards);
+	free(finish_order);
+	for (int b = 0; b < BANDS; b++) {
+		free(query_lat[b].v);
+		free(job_lat[b].v);
+	}
 	int bad = atomic_load(&wrong) + atomic_load(&failures) + lost;
 	printf("dbproxy: %s (%d wrong answers, %d failures, %d shards with something missing)\n",
 	       bad ? "FAILED" : "ok", atomic_load(&wrong), atomic_load(&failures), lost);
