@@ -1,5 +1,5 @@
 /* Turnstile: bounded admission in (band, since, seq, arrival) order.
- * The state word and its no-barging invariant: turnstile_impl.h. */
+ * The state word and its no-barging invariant: include/turnstile/fastpath.h. */
 #include <turnstile/turnstile.h>
 
 #include <errno.h>
