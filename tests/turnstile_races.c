@@ -172,7 +172,6 @@ struct storm {
 	_Atomic(ts_cancel *) slot[WORKERS];
 	_Atomic int workers_done, attempts;
 	bool close_midway;
-	_Atomic int closed; /* set after ts_turnstile_close */
 	ts_cancel tokens[WORKERS][ITERS];
 };
 
@@ -195,9 +194,10 @@ static void *storm_worker(void *p)
 	struct storm *s = a->s;
 	unsigned seed = (unsigned)a->id * 7919u + 1;
 
-	/* With a close midway, keep going until it has landed, so the close
-	 * always meets waits in flight. */
-	for (int i = 0; i < ITERS || (s->close_midway && !atomic_load(&s->closed)); i++) {
+	/* With a close midway, keep going until this worker has been refused
+	 * by it, so every worker meets the close whatever the scheduler does. */
+	bool refused = false;
+	for (int i = 0; i < ITERS || (s->close_midway && !refused); i++) {
 		/* past ITERS no token: one must never be re-initialised while
 		 * the canceller may still fire it */
 		ts_cancel *c = i < ITERS ? &s->tokens[a->id][i] : NULL;
@@ -225,6 +225,7 @@ static void *storm_worker(void *p)
 			atomic_fetch_add(&s->cancelled, 1);
 		} else if (r == ESHUTDOWN) {
 			atomic_fetch_add(&s->shut, 1);
+			refused = true;
 		}
 		atomic_store(&s->slot[a->id], NULL);
 	}
@@ -262,7 +263,6 @@ static struct storm *run_storm(bool close_midway)
 	if (close_midway) {
 		WAIT_FOR(atomic_load(&s->admitted) + atomic_load(&s->timed_out) > ITERS);
 		ts_turnstile_close(s->t);
-		atomic_store(&s->closed, 1);
 	}
 	for (int i = 0; i < WORKERS; i++)
 		join_bounded(th[i]);
