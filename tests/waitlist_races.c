@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "hook.h"
+#include "tagged.h"
 #include "takers.h"
 
 enum action { ACT_NONE, ACT_PUT, ACT_CLOSE, ACT_DISCARD, ACT_DISCARD_THEN_PUT };
@@ -167,18 +168,9 @@ Test(waitlist_races, a_slot_then_an_item_reaching_a_taker_leaks_no_slot)
 #define WORKERS 4
 #define ITERS 1500
 #define MAX_ITEMS 3
-#define MAX_MADE 4096
-#define MAGIC 0x17e3u
 
-struct tagged {
-	unsigned magic;
-	int id;
-	_Atomic int holders;
-	_Atomic int dead;
-};
-
-static struct tagged *made[MAX_MADE];
-static _Atomic int n_made, live, over_cap, held_twice, kept_after_close, failed, discarded;
+static _Atomic int live, over_cap, kept_after_close, failed, discarded;
+static _Atomic(const char *) bad_item; /* the first tagged_hold complaint */
 static _Atomic(ts_cancel *) slot[WORKERS];
 static _Atomic int workers_done;
 
@@ -189,16 +181,9 @@ static int tagged_load(void *arg, void **item)
 		atomic_fetch_add(&failed, 1);
 		return EIO; /* a refused connect */
 	}
-	int id = atomic_fetch_add(&n_made, 1);
-	if (id >= MAX_MADE)
-		abort();
-	struct tagged *t = calloc(1, sizeof(*t));
-	t->magic = MAGIC;
-	t->id = id;
-	made[id] = t;
 	if (atomic_fetch_add(&live, 1) + 1 > MAX_ITEMS)
 		atomic_fetch_add(&over_cap, 1);
-	*item = t;
+	*item = tagged_new();
 	return 0;
 }
 
@@ -223,14 +208,17 @@ static void *storm_worker(void *p)
 		if (r != 0)
 			continue;
 		struct tagged *t = item;
-		if (t->magic != MAGIC || atomic_load(&t->dead) ||
-		    atomic_exchange(&t->holders, 1) != 0)
-			atomic_fetch_add(&held_twice, 1);
+		const char *bad = tagged_hold(t);
+		if (bad) {
+			const char *none = NULL;
+			atomic_compare_exchange_strong(&bad_item, &none, bad);
+			continue; /* not ours to give back */
+		}
 		for (volatile int k = rand_r(&seed) % 2000; k > 0; k--)
 			;
-		atomic_store(&t->holders, 0);
+		tagged_release(t);
 		if (rand_r(&seed) % 16 == 0) { /* broken: destroy it */
-			atomic_store(&t->dead, 1);
+			tagged_destroy(t);
 			atomic_fetch_sub(&live, 1);
 			atomic_fetch_add(&discarded, 1);
 			ts_waitlist_discard(a->w);
@@ -260,8 +248,9 @@ static void run_storm(bool close_midway)
 	struct storm_arg *args = calloc(WORKERS, sizeof(*args));
 	pthread_t th[WORKERS], canceller;
 
-	atomic_store(&n_made, 0);
+	atomic_store(&bad_item, NULL);
 	atomic_store(&live, 0);
+	atomic_store(&kept_after_close, 0);
 	atomic_store(&workers_done, 0);
 	atomic_store(&failed, 0);
 	atomic_store(&discarded, 0);
@@ -281,33 +270,23 @@ static void run_storm(bool close_midway)
 		join_bounded(th[i]);
 	join_bounded(canceller);
 
-	cr_assert_eq(atomic_load(&held_twice), 0, "an item was given to two callers");
+	cr_assert_null(atomic_load(&bad_item), "%s", atomic_load(&bad_item));
 	cr_assert_eq(atomic_load(&over_cap), 0, "more than max_items existed");
 	cr_assert_eq(list_waiting(w), 0);
 	/* every live item is ready exactly once, or was kept by a put that the
 	 * close refused */
-	static bool seen[MAX_MADE];
-	int drained = 0;
-	void *item;
-	memset(seen, 0, sizeof(seen));
-	while (ts_waitlist_try_take(w, &item)) {
-		struct tagged *t = item;
-		cr_assert_eq(t->magic, MAGIC);
-		cr_assert_not(atomic_load(&t->dead), "a discarded item came back");
-		cr_assert_not(seen[t->id], "item %d was ready twice", t->id);
-		seen[t->id] = true;
-		drained++;
-	}
+	const char *why = NULL;
+	int drained = tagged_drain(w, &why);
+	cr_assert_geq(drained, 0, "%s", why);
 	cr_assert_eq(drained + atomic_load(&kept_after_close), atomic_load(&live),
 		     "items lost: %d live, %d ready, %d kept", atomic_load(&live), drained,
 		     atomic_load(&kept_after_close));
 	cr_assert_eq(list_created(w), (size_t)atomic_load(&live));
-	cr_log_info("made %d, live %d, ready %d, kept %d", atomic_load(&n_made),
+	cr_log_info("made %d, live %d, ready %d, kept %d", atomic_load(&tagged_count),
 		    atomic_load(&live), drained, atomic_load(&kept_after_close));
 	cr_assert_gt(atomic_load(&failed), 0, "no load failure was exercised");
 	cr_assert_gt(atomic_load(&discarded), 0, "no discard was exercised");
-	for (int i = 0; i < atomic_load(&n_made); i++)
-		free(made[i]);
+	tagged_free_all();
 	free(args);
 	ts_waitlist_free(w);
 }
@@ -319,6 +298,5 @@ Test(waitlist_races, storm_of_timeouts_cancels_failures_and_discards_loses_nothi
 
 Test(waitlist_races, close_racing_the_storm_loses_nothing)
 {
-	atomic_store(&kept_after_close, 0);
 	run_storm(true);
 }

@@ -22,12 +22,12 @@
 
 #include <turnstile.h>
 
+#include "../tagged.h"
+
 #define WORKERS 6
 #define SHARDS 3 /* shard SHARDS exists in jobs but is never sized: fail-open */
 #define MAX_CEILING 4
 #define MAX_ITEMS 4
-#define MAX_MADE 100000
-#define MAGIC 0x5eedu
 #define WATCHDOG_S 30
 
 static uint64_t seed;
@@ -107,13 +107,7 @@ static _Atomic int holders[SHARDS], enforced[SHARDS];
 static int ceiling[SHARDS]; /* the resizer's */
 static _Atomic int closed_all;
 
-struct tagged {
-	unsigned magic;
-	int id;
-	_Atomic int held, dead;
-};
-static struct tagged *made[MAX_MADE];
-static _Atomic int n_made, live, kept;
+static _Atomic int live, kept; /* items in existence; kept by a refused put */
 
 static int tagged_load(void *arg, void **item)
 {
@@ -121,15 +115,8 @@ static int tagged_load(void *arg, void **item)
 	busy_ns((int64_t)(next_rand(x) % 5000));
 	if (next_rand(x) % 8 == 0)
 		return ECONNREFUSED;
-	int id = atomic_fetch_add(&n_made, 1);
-	if (id >= MAX_MADE)
-		abort();
-	struct tagged *t = calloc(1, sizeof(*t));
-	t->magic = MAGIC;
-	t->id = id;
-	made[id] = t;
 	check(atomic_fetch_add(&live, 1) + 1 <= MAX_ITEMS, "more than max_items items exist");
-	*item = t;
+	*item = tagged_new();
 	return 0;
 }
 
@@ -176,12 +163,14 @@ static void pool_op(uint64_t *x, ts_cancel *c)
 	if (r != 0)
 		return;
 	struct tagged *t = item;
-	check(t->magic == MAGIC && !atomic_load(&t->dead), "a dead or foreign item came out");
-	check(atomic_exchange(&t->held, 1) == 0, "an item was given to two callers");
+	const char *bad = tagged_hold(t);
+	check(!bad, bad);
+	if (bad)
+		return; /* not ours to give back */
 	busy_ns((int64_t)(next_rand(x) % 3000));
-	atomic_store(&t->held, 0);
+	tagged_release(t);
 	if (next_rand(x) % 16 == 0) {
-		atomic_store(&t->dead, 1);
+		tagged_destroy(t);
 		atomic_fetch_sub(&live, 1);
 		ts_waitlist_discard(pool);
 	} else if (!ts_waitlist_put(pool, t)) {
@@ -350,23 +339,16 @@ static int run_mix(int seconds)
 		check(atomic_load(&holders[s]) == 0, "a holder left");
 	}
 	check(atomic_load(&closed_all) == 1, "the close did not happen");
-	static bool seen[MAX_MADE];
-	int drained = 0;
-	void *item;
-	while (ts_waitlist_try_take(pool, &item)) {
-		struct tagged *t = item;
-		check(t->magic == MAGIC && !atomic_load(&t->dead), "a dead item was ready");
-		check(!seen[t->id], "an item was ready twice");
-		seen[t->id] = true;
-		drained++;
-	}
-	check(drained + atomic_load(&kept) == atomic_load(&live), "an item was lost");
+	const char *why = NULL;
+	int drained = tagged_drain(pool, &why);
+	check(drained >= 0, why);
+	check(drained < 0 || drained + atomic_load(&kept) == atomic_load(&live),
+	      "an item was lost");
 	size_t created, waiting;
 	ts_waitlist_stats(pool, &created, NULL, &waiting);
 	check(created == (size_t)atomic_load(&live), "creation slots leaked");
 	check(waiting == 0, "a taker left in the queue");
-	for (int i = 0; i < atomic_load(&n_made); i++)
-		free(made[i]);
+	tagged_free_all();
 	ts_waitlist_free(pool);
 	ts_set_free(set);
 	return 0;
