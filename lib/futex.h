@@ -11,7 +11,6 @@
 #include <time.h>
 #include <unistd.h>
 
-
 /* Sleep while *word == expected, until woken or until the absolute
  * CLOCK_MONOTONIC deadline (0: none).  Returns 0 or an errno (EAGAIN: the
  * word had changed, ETIMEDOUT, EINTR).  Callers must re-check their

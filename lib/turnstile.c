@@ -199,9 +199,8 @@ __attribute__((noinline, cold)) TS_API void ts_private_return_slow(ts_turnstile 
 {
 	struct wakeups wk;
 
-	wakeups_init(&wk);
-
 	TS_PROBE1(pass__return, t);
+	wakeups_init(&wk);
 	spin_lock(&t->lock);
 	atomic_fetch_add_explicit(&t->word, WORD_UNIT, memory_order_release);
 	drain(t, &wk);
@@ -228,10 +227,9 @@ TS_API int ts_turnstile_resize(ts_turnstile *t, int64_t concurrency)
 {
 	struct wakeups wk;
 
-	wakeups_init(&wk);
-
 	if (!t || concurrency < 0 || concurrency > TS_CONCURRENCY_MAX)
 		return EINVAL;
+	wakeups_init(&wk);
 	spin_lock(&t->lock);
 	/* Move by the delta: passes held now stay held and are not reissued. */
 	int64_t delta = concurrency - t->ceiling;
@@ -251,13 +249,12 @@ TS_API int ts_turnstile_resize(ts_turnstile *t, int64_t concurrency)
 TS_API void ts_turnstile_close(ts_turnstile *t)
 {
 	struct wakeups wk;
-
-	wakeups_init(&wk);
 	struct skip_node *n;
 
 	if (!t)
 		return;
 	TS_PROBE1(close, t);
+	wakeups_init(&wk);
 	spin_lock(&t->lock);
 	atomic_fetch_or_explicit(&t->word, WORD_CLOSED, memory_order_release);
 	while ((n = skip_first(&t->queue))) {

@@ -5,13 +5,12 @@
 #define TS_LIB_TURNSTILE_IMPL_H
 
 #include <stdatomic.h>
+#include <stddef.h>
 
 #include <turnstile/turnstile.h>
 
 #include "skiplist.h"
 #include "waiter.h"
-
-#include <stddef.h>
 
 #define WORD_WAITERS TS_PRIVATE_WORD_WAITERS
 #define WORD_CLOSED TS_PRIVATE_WORD_CLOSED

@@ -176,11 +176,10 @@ static void hand_out(ts_waitlist *w, void *item, struct wakeups *wk)
 static int finish_load(ts_waitlist *w, struct taker *n, int err, void *made, void **out)
 {
 	struct wakeups wk;
-
-	wakeups_init(&wk);
 	int r;
 
 	ts_hook_at(TS_HOOK_LOADED, w);
+	wakeups_init(&wk);
 	spin_lock(&w->lock);
 	n->loading = false;
 	w->loading--;
@@ -233,11 +232,10 @@ static int run_load(ts_waitlist *w, struct taker *n, ts_load_fn load, void *arg,
 static int leave(ts_waitlist *w, struct taker *n, int reason, void **out)
 {
 	struct wakeups wk;
-
-	wakeups_init(&wk);
 	int r = reason;
 
 	ts_hook_at(TS_HOOK_LEAVING, w);
+	wakeups_init(&wk);
 	spin_lock(&w->lock);
 	uint32_t s = atomic_load_explicit(&n->w.state, memory_order_acquire);
 	if (s == WAITER_GRANTED) {
@@ -260,7 +258,6 @@ static void give_back_slot(ts_waitlist *w, struct taker *n)
 	struct wakeups wk;
 
 	wakeups_init(&wk);
-
 	spin_lock(&w->lock);
 	drop_slot(w, n, &wk);
 	spin_unlock(&w->lock);
@@ -370,10 +367,9 @@ TS_API bool ts_waitlist_put(ts_waitlist *w, void *item)
 {
 	struct wakeups wk;
 
-	wakeups_init(&wk);
-
 	if (!w)
 		return false;
+	wakeups_init(&wk);
 	spin_lock(&w->lock);
 	TS_PROBE2(put, w, item);
 	bool ok = !w->closed && (w->head || reserve(w, w->n_ready + w->loading + 1));
@@ -388,11 +384,10 @@ TS_API void ts_waitlist_discard(ts_waitlist *w)
 {
 	struct wakeups wk;
 
-	wakeups_init(&wk);
-
 	if (!w)
 		return;
 	TS_PROBE1(discard, w);
+	wakeups_init(&wk);
 	spin_lock(&w->lock);
 	if (w->created > 0) {
 		w->created--;
@@ -409,10 +404,9 @@ TS_API void ts_waitlist_close(ts_waitlist *w)
 {
 	struct wakeups wk;
 
-	wakeups_init(&wk);
-
 	if (!w)
 		return;
+	wakeups_init(&wk);
 	spin_lock(&w->lock);
 	w->closed = true;
 	while (w->head) {

@@ -70,6 +70,7 @@ TS_PRIVATE_HELPER bool ts_private_take_fast(ts_turnstile *t, const ts_cancel *ca
 		return false;
 	_Atomic uint64_t *word = ts_private_word(t);
 	uint64_t w = atomic_load_explicit(word, memory_order_relaxed);
+	/* with both flag bits clear, w >= one unit is available > 0 */
 	while (!(w & (TS_PRIVATE_WORD_WAITERS | TS_PRIVATE_WORD_CLOSED)) &&
 	       (int64_t)w >= (int64_t)TS_PRIVATE_WORD_UNIT) {
 		if (atomic_compare_exchange_weak_explicit(word, &w, w - TS_PRIVATE_WORD_UNIT,
