@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 #include "comparators.h"
 
 #include <stdlib.h>

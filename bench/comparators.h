@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Comparators: what a user would write with pthreads instead of a
  * turnstile, with the same semantics wherever possible.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Counts the futex system calls libturnstile makes, exactly and without
  * tracing overhead: the library calls libc's syscall(), so this definition
  * in the benchmark executable interposes it, counts, and forwards to the

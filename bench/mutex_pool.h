@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Comparator: the FIFO pool a careful user writes with pthreads — one
  * mutex, a LIFO stack of ready items, and a FIFO queue of waiters each
  * with its own condition variable, so a put wakes exactly the oldest. */

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Plots hand-off throughput and p99 wait against thread count (C=2, hold
 # 1 us) from suite.csv, one line per implementation, as PNG.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Runs the benchmark suite from a build folder (`make bench` does this):
 # Markdown tables on stdout, CSV and SVG plots in $RESULTS (default
 # results/).  --quick (the README's main job) takes under 2 minutes on two

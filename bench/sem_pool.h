@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Comparator: a sem_t counting ready items over a mutex-guarded stack —
  * no fairness and no lazy creation, the speed floor for a pool. */
 #ifndef TS_BENCH_SEM_POOL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Order statistics over a benchmark's repeats (median, min, max). */
 #ifndef TS_BENCH_STATS_H
 #define TS_BENCH_STATS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The benchmark suite: libturnstile against what a user would write with
  * pthreads.  Every scenario alternates implementations run by run, repeats
  * each configuration, and reports medians (min–max) and each figure as a

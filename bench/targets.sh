@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The targets the issues set, each beside the figure measured in this run.
 # Recorded, never asserted: a miss is reported, not failed.
 set -euo pipefail

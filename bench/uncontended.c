@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Uncontended acquire+release: the turnstile beside what a user would use
  * instead — pthread_mutex, sem_t — and a bare atomic pair as the floor.
  *

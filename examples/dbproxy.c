@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* dbproxy: libturnstile in the shape of a database proxy, over SQLite.
  *
  * Several shards, each a database file with its own pool of connections

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libturnstile — umbrella header.  Each part has its own header:
  *   turnstile/common.h     clock, deadlines, export macro
  *   turnstile/cancel.h     cancel tokens

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Cancel tokens: a fired flag plus the list of waits parked on it. */
 #include <turnstile/cancel.h>
 

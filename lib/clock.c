@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The one clock of the library: CLOCK_MONOTONIC in nanoseconds. */
 #include <turnstile/common.h>
 

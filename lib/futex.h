@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Private: the two futex operations the library parks with. */
 #ifndef TS_LIB_FUTEX_H
 #define TS_LIB_FUTEX_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Gates: a job's first turn, stamped at pickup. */
 #include <turnstile/gate.h>
 

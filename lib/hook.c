@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Storage for the test hook, and fault injection. */
 #include "hook.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Private: the protocol's race windows — a test hook, and fault injection.
  *
  * White-box tests install a function that runs at a named point, so a race

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Jobs: a claim stamped once, and ts_wait_turn's fail-open turn. */
 #include <turnstile/job.h>
 

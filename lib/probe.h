@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Private: USDT probes (provider "libturnstile") for bpftrace, perf and
  * SystemTap.  With <sys/sdt.h> a probe is one nop plus an ELF note: nothing
  * runs unless a tracer attaches.  Without it (--disable-usdt, or no

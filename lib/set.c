@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Set: shard id -> turnstile, in a liburcu RCU hash table.
  *
  * RCU flavor: urcu-bp.  Its readers register themselves lazily inside

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Skiplist of waiting claims; see skiplist.h for the costs it guarantees. */
 #include "skiplist.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Private: the skiplist that orders a turnstile's waiting claims.
  *
  * Keys are (priority, since_ns, seq, arrival); arrival is stamped at insert

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Private: the spinlock guarding each queue.
  *
  * Critical sections under it are a few dozen instructions (link or unlink a

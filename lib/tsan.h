@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Private: tell ThreadSanitizer about happens-before edges it cannot see
  * because they go through code it did not instrument (liburcu publishes
  * hash-table nodes with its own barriers).  No-ops in other builds. */

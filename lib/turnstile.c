@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Turnstile: bounded admission in (band, since, seq, arrival) order.
  * The state word and its no-barging invariant: include/turnstile/fastpath.h. */
 #include <turnstile/turnstile.h>

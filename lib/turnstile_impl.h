@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Private: the turnstile's layout.  The state word, its encoding and the
  * no-barging invariant are in include/turnstile/fastpath.h, whose inline
  * fast paths read the word as the struct's first member. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Parking one waiter on its own futex word: spin briefly, then sleep. */
 #include "waiter.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Private: a parked waiter — one futex word on the waiter's own stack.
  *
  * Used by the turnstile and the waitlist alike; the queue links live in the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Waitlist: FIFO waiters, LIFO ready stack, lazy creation under a cap.
  *
  * One spinlock guards everything below.  Waiters are nodes on their own

@@ -1,3 +1,4 @@
+dnl SPDX-License-Identifier: MIT
 # TS_WARNINGS: -Wall -Wextra always; --enable-werror (developer and CI
 # builds) turns warnings into errors.
 AC_DEFUN([TS_WARNINGS], [

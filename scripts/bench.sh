@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The main job: installs what is missing, builds everything (optimised, no
 # sanitizers) and runs the benchmark comparison against pthread variants.
 # Quick by default; pass --full for the long run.  Tables go to stdout, raw

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Install the Debian packages the build, tests and benchmarks need, when
 # any is missing.  Needs root (or sudo) only when something must be installed.
 set -euo pipefail
@@ -6,7 +7,7 @@ set -euo pipefail
 packages=(build-essential autoconf automake libtool pkg-config
 	  liburcu-dev libcriterion-dev gnuplot-nox valgrind strace
 	  spin clang libclang-rt-14-dev systemtap-sdt-dev libsqlite3-dev
-	  libpq-dev postgresql)
+	  libpq-dev postgresql man-db)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # The whole test suite (the README's test command, and CI's):
 #  1. make check three times, each in its own folder under build/ —
 #     plain (-Werror), AddressSanitizer+UBSan, and ThreadSanitizer, the

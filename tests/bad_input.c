@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Bad input, function by function: every row of docs/bad-input.md.  Each
  * gets its documented result — never a crash, a hang or a silent wrong
  * answer.  (Returning a pass to a freed turnstile is not detectable at an

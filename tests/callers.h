@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Queued callers for the turnstile tests: threads that wait with a known
  * claim, log their admission, and hold their pass until the test releases
  * it — so a test decides exactly when each pass comes back. */

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The dbproxy example against a real PostgreSQL server: a throwaway
 # cluster in a scratch folder, listening on a Unix socket in that folder
 # only (no TCP), started and stopped here.  Skipped (exit 77, reported as a

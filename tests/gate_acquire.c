@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* A gate stamps a job's first turn at pickup and refuses only on a closed
  * set: before waiting, and after a close released the wait. */
 #include <errno.h>

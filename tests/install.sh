@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # make install into a scratch DESTDIR, then build and run a tiny program
 # against the installed copy with nothing but `pkg-config --cflags --libs
 # turnstile` — what a user of the library does.

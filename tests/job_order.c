@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Jobs keep their age across every call and every shard: admission is
  * first-in-first-out over jobs, not calls. */
 #include "jobs.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Threads that take one turn for a given job and log their admission; the
  * test returns their passes by releasing them.  The job counterpart of
  * callers.h. */

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Every exported function has a section-3 page (its own, or a .so link to
 # its group's), and every group page has errors, thread-safety and an
 # example, and renders without warnings.

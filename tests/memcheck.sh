@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # valgrind memcheck over every unit-test program of a (plain) build folder:
 # invalid accesses, uninitialised reads and definite leaks fail the run.
 set -uo pipefail

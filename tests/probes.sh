@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # The USDT probes are in the built library (readelf -n lists each as a
 # stapsdt note of provider libturnstile) — or, in a --disable-usdt build,
 # none is.

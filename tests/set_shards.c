@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Shards are independent, created concurrently with lock-free lookups, and
  * cost memory by count, not by id. */
 #include <limits.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The skiplist keeps waiting claims in (band, since, seq, arrival) order
  * through any mix of inserts and arbitrary removals. */
 #include <stdlib.h>

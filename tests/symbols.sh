@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Symbol hygiene: the shared library exports exactly the functions the
 # public headers declare with TS_API — nothing hidden leaks out (hidden
 # visibility by default), and nothing declared is missing.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Tagged pool items for the waitlist's conservation checks (the races
  * tests and the stress harness).  Every item made is registered by id, so
  * at rest each one is accounted for exactly once — ready, kept by a caller

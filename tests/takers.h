@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Takers for the waitlist tests: threads that take one item (with a given
  * load), log what they got and when, and keep it for the test. */
 #ifndef TS_TEST_TAKERS_H

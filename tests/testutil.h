@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Helpers shared by the tests: bounded polling and bounded joins, so that a
  * broken protocol fails a test instead of hanging it.  No sleeps stand in
  * for synchronisation: every wait here polls a real condition with a

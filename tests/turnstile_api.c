@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Single-caller behaviour of the turnstile API: bad input, precedence of
  * closed / cancel / free pass / deadline, returns, snapshots. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Close releases every waiter with ESHUTDOWN, refuses later waits, is
  * idempotent, and still accepts the passes held when it happened. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Admission order: band, then since, then seq, then arrival — under real
  * threads, and with no barging by newcomers. */
 #include <errno.h>

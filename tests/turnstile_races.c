@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Grants racing timeouts, cancels and closes.  First forced: a test hook
  * runs at the instant a timed-out (or cancelled) waiter is about to take the
  * lock to leave, and lands the competing grant or close right there.  Then

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Resize moves the free count by the delta: growing admits exactly the new
  * passes from the head, shrinking below what is held admits nobody until
  * enough return, and new(0) admits nobody at all. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* ts_wait_turn never refuses: every reason it cannot order a caller gives
  * the unissued pass at once, and that pass is safe to return. */
 #include <errno.h>

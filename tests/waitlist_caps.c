@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* The caps hold: never more than max_items created, never more than
  * max_waiters waiting, and a slow load blocks nobody else. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Close wakes every waiter with ESHUTDOWN, leaves ready items drainable,
  * refuses later puts, and lets a loader keep what it made. */
 #include <errno.h>

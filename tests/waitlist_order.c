@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Waiters are served strictly FIFO; ready items are reused LIFO. */
 #include <errno.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Items racing timeouts, cancels, closes and freed slots.  Forced first,
  * through the test hook at the instant a taker that gave up is about to
  * take the lock to leave; then a conservation storm: tagged items, tiny

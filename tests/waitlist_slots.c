@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Creation slots: a failed load frees its slot and reports its error, a
  * discard frees one, and a freed slot goes to the oldest taker. */
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libturnstile — cancel token.
  *
  * A cancel token ends every wait that was given it: firing it from any thread

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libturnstile — definitions every public header shares.
  *
  * Conventions of the whole API:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libturnstile — the turnstile's lock-free fast paths, inlined into callers.
  *
  * Included by turnstile.h; nothing here is API.  An uncontended wait+return

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libturnstile — gate: a job's FIRST turn, taken before work is picked up.
  *
  * For a worker pool that sizes itself by watching whether workers are

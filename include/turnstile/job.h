@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libturnstile — job: the claim a unit of work carries across its calls.
  *
  * A job is stamped ONCE, when it first asks for a turn (ts_set_prioritize):

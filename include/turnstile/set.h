@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libturnstile — set: one turnstile per shard.
  *
  * A set is a lookup table and nothing more: its turnstiles are independent,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libturnstile — turnstile: bounded, ordered admission to one resource.
  *
  * A turnstile issues at most `concurrency` passes at once.  When none is free

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* libturnstile — waitlist: a FIFO-fair pool of reusable items.
  *
  * For resources that are expensive to create (database connections,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Fuzzing against a reference model.  The input is a program of
  * single-threaded operations on one turnstile and one waitlist (waits that
  * cannot block, returns, resizes, closes, takes, puts, discards, cancels);

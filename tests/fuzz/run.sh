@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # Fuzz the operation sequences against the reference model with libFuzzer
 # (clang), ASan and UBSan, for FUZZ_SECONDS (default 60).  New inputs that
 # grow coverage go to a scratch copy of the corpus, not into the repo.

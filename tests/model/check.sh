@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # Exhaustive check of tests/model/turnstile.pml with spin, in both its
 # configurations: safety (assertions) and invalid end states (a waiter
 # asleep forever).  Prints states explored; fails on any error.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Model of the turnstile's park / hand-off / timeout-or-cancel / close
  * protocol (lib/turnstile.c, lib/waiter.c, lib/cancel.c), state for state:
  *

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # make check's stress test: every scenario with a fixed seed and a random
 # one, for a bounded time (STRESS_SECONDS, default 3 s for the mix).
 set -e

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Randomized stress: a set of shards and a waitlist under a random mix of
  * every operation, with invariants checked while it runs and at rest.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Runs the tests registered by criterion/criterion.h in this folder, in
  * registration order, printing TAP. */
 #include "criterion/criterion.h"

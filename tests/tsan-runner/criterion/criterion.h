@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* Single-process stand-in for the part of Criterion the tests use, for the
  * ThreadSanitizer build only.  Criterion's sandbox maps a shared arena at
  * addresses TSan reserves for itself and aborts before running any test
