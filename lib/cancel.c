@@ -51,7 +51,7 @@ TS_API void ts_cancel_destroy(ts_cancel *c)
 	(void)c;
 }
 
-void cancel_watch(ts_cancel *c, waiter *w)
+void ts_lib_cancel_watch(ts_cancel *c, waiter *w)
 {
 	spin_lock(&c->private_lock);
 	w->cancel_prev = NULL;
@@ -62,7 +62,7 @@ void cancel_watch(ts_cancel *c, waiter *w)
 	spin_unlock(&c->private_lock);
 }
 
-void cancel_unwatch(ts_cancel *c, waiter *w)
+void ts_lib_cancel_unwatch(ts_cancel *c, waiter *w)
 {
 	spin_lock(&c->private_lock);
 	if (w->cancel_prev)

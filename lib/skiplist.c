@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-bool claim_before(const ts_claim *a, const ts_claim *b)
+bool ts_lib_claim_before(const ts_claim *a, const ts_claim *b)
 {
 	if (a->priority != b->priority)
 		return a->priority < b->priority;
@@ -17,11 +17,11 @@ static bool node_before(const struct skip_node *a, const struct skip_node *b)
 {
 	if (a->key.priority != b->key.priority || a->key.since_ns != b->key.since_ns ||
 	    a->key.seq != b->key.seq)
-		return claim_before(&a->key, &b->key);
+		return ts_lib_claim_before(&a->key, &b->key);
 	return a->arrival < b->arrival;
 }
 
-void skip_init(struct skiplist *l)
+void ts_lib_skip_init(struct skiplist *l)
 {
 	memset(l, 0, sizeof(*l));
 	l->head.height = SKIP_LEVELS;
@@ -44,7 +44,7 @@ static int random_height(struct skiplist *l)
 	return h;
 }
 
-bool skip_insert(struct skiplist *l, struct skip_node *n)
+bool ts_lib_skip_insert(struct skiplist *l, struct skip_node *n)
 {
 	struct skip_node *update[SKIP_LEVELS];
 	struct skip_node *x = &l->head;
@@ -67,7 +67,7 @@ bool skip_insert(struct skiplist *l, struct skip_node *n)
 	return update[0] == &l->head;
 }
 
-void skip_remove(struct skiplist *l, struct skip_node *n)
+void ts_lib_skip_remove(struct skiplist *l, struct skip_node *n)
 {
 	for (int i = 0; i < n->height; i++) {
 		n->prev[i]->next[i] = n->next[i];

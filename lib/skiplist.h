@@ -8,7 +8,9 @@
  *   insert    O(log n)    expected (search from the top level)
  *   remove    O(height)   = O(1) expected, any node, no search
  * Not thread-safe: the turnstile's spinlock guards every call.  Nodes are
- * owned by the caller (they live on waiters' stacks). */
+ * owned by the caller (they live on waiters' stacks).  Functions shared
+ * between the library's files carry the reserved ts_lib_ prefix: the
+ * static archive must define no name a caller might also use. */
 #ifndef TS_LIB_SKIPLIST_H
 #define TS_LIB_SKIPLIST_H
 
@@ -36,13 +38,13 @@ struct skiplist {
 	size_t len;
 };
 
-void skip_init(struct skiplist *l);
+void ts_lib_skip_init(struct skiplist *l);
 
 /* Link @n (with n->key set) in order.  Returns true if it became first. */
-bool skip_insert(struct skiplist *l, struct skip_node *n);
+bool ts_lib_skip_insert(struct skiplist *l, struct skip_node *n);
 
 /* Unlink @n, which must be linked in @l. */
-void skip_remove(struct skiplist *l, struct skip_node *n);
+void ts_lib_skip_remove(struct skiplist *l, struct skip_node *n);
 
 static inline struct skip_node *skip_first(const struct skiplist *l)
 {
@@ -50,6 +52,6 @@ static inline struct skip_node *skip_first(const struct skiplist *l)
 }
 
 /* Whether a sorts strictly before b (used by tests and the audit too). */
-bool claim_before(const ts_claim *a, const ts_claim *b);
+bool ts_lib_claim_before(const ts_claim *a, const ts_claim *b);
 
 #endif

@@ -41,7 +41,7 @@ TS_API ts_turnstile *ts_turnstile_new(int64_t concurrency)
 	atomic_init(&t->spin.score, 0);
 	atomic_init(&t->spin.probes, 0);
 	t->ceiling = concurrency;
-	skip_init(&t->queue);
+	ts_lib_skip_init(&t->queue);
 	return t;
 }
 
@@ -60,7 +60,7 @@ static void drain(ts_turnstile *t, struct wakeups *wk)
 
 	while (word_available(atomic_load_explicit(&t->word, memory_order_relaxed)) > 0 &&
 	       (n = skip_first(&t->queue))) {
-		skip_remove(&t->queue, n);
+		ts_lib_skip_remove(&t->queue, n);
 		atomic_fetch_sub_explicit(&t->word, WORD_UNIT, memory_order_relaxed);
 		atomic_fetch_sub_explicit(&t->waiting, 1, memory_order_relaxed);
 		struct turn_waiter *tw = (struct turn_waiter *)n;
@@ -103,7 +103,7 @@ static int enqueue(ts_turnstile *t, struct turn_waiter *tw, int64_t now,
 	}
 	/* Only the head at arrival spins (it is next, the others sleep), and
 	 * only while spinning has been paying on this turnstile. */
-	tw->w.spin = skip_insert(&t->queue, &tw->link) && spin_policy_allows(&t->spin);
+	tw->w.spin = ts_lib_skip_insert(&t->queue, &tw->link) && spin_policy_allows(&t->spin);
 	atomic_fetch_add_explicit(&t->waiting, 1, memory_order_relaxed);
 	spin_unlock(&t->lock);
 	return EINPROGRESS;
@@ -119,7 +119,7 @@ static int leave(ts_turnstile *t, struct turn_waiter *tw, int reason)
 	spin_lock(&t->lock);
 	uint32_t s = atomic_load_explicit(&tw->w.state, memory_order_acquire);
 	if (s < WAITER_FINAL) {
-		skip_remove(&t->queue, &tw->link);
+		ts_lib_skip_remove(&t->queue, &tw->link);
 		atomic_fetch_sub_explicit(&t->waiting, 1, memory_order_relaxed);
 		if (!skip_first(&t->queue))
 			atomic_fetch_and_explicit(&t->word, ~WORD_WAITERS,
@@ -168,11 +168,11 @@ static int wait_queued(ts_turnstile *t, const ts_claim *claim, int64_t start,
 
 	TS_FAULT(); /* window: queued, not yet parked (nor watching cancel) */
 	if (cancel)
-		cancel_watch(cancel, &tw.w);
-	int outcome = waiter_park(&tw.w, WAITER_FINAL, deadline_ns, cancel);
+		ts_lib_cancel_watch(cancel, &tw.w);
+	int outcome = ts_lib_waiter_park(&tw.w, WAITER_FINAL, deadline_ns, cancel);
 	spin_policy_record(&t->spin, &tw.w);
 	if (cancel)
-		cancel_unwatch(cancel, &tw.w);
+		ts_lib_cancel_unwatch(cancel, &tw.w);
 	if (outcome < 0)
 		outcome = leave(t, &tw, outcome);
 
@@ -259,7 +259,7 @@ TS_API void ts_turnstile_close(ts_turnstile *t)
 	spin_lock(&t->lock);
 	atomic_fetch_or_explicit(&t->word, WORD_CLOSED, memory_order_release);
 	while ((n = skip_first(&t->queue))) {
-		skip_remove(&t->queue, n);
+		ts_lib_skip_remove(&t->queue, n);
 		atomic_fetch_sub_explicit(&t->waiting, 1, memory_order_relaxed);
 		wakeups_add(&wk, waiter_grant(&((struct turn_waiter *)n)->w,
 					      WAITER_CLOSED));

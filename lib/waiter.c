@@ -47,7 +47,7 @@ static int spin(waiter *w, uint32_t wake_at, int64_t deadline_ns,
 	}
 }
 
-int waiter_park(waiter *w, uint32_t wake_at, int64_t deadline_ns,
+int ts_lib_waiter_park(waiter *w, uint32_t wake_at, int64_t deadline_ns,
 		const ts_cancel *c)
 {
 	if (w->spin) {

@@ -45,13 +45,13 @@ enum {
 };
 #define WAITER_FINAL WAITER_GRANTED
 
-/* What waiter_park() returns besides a state >= WAITER_LOAD. */
+/* What ts_lib_waiter_park() returns besides a state >= WAITER_LOAD. */
 enum { WAITER_TIMEDOUT = -1, WAITER_CANCELED = -2 };
 
 struct ts_waiter_ {
 	_Atomic uint32_t state;
 	bool spin;         /* may spin before parking: it is next in line */
-	signed char spun;  /* set by waiter_park: +1 spin won, -1 spin lost, 0 none */
+	signed char spun;  /* set by ts_lib_waiter_park: +1 spin won, -1 spin lost, 0 none */
 	/* registration on a cancel token, guarded by the token's lock */
 	struct ts_waiter_ *cancel_prev, *cancel_next;
 };
@@ -70,7 +70,7 @@ static inline void waiter_init(waiter *w)
  * (WAITER_TIMEDOUT), or @c fires (WAITER_CANCELED).  Spins first when
  * w->spin, then parks.  The caller still owns the node when this returns
  * a negative value: it must leave the queue under the queue's lock. */
-int waiter_park(waiter *w, uint32_t wake_at, int64_t deadline_ns,
+int ts_lib_waiter_park(waiter *w, uint32_t wake_at, int64_t deadline_ns,
 		const ts_cancel *c);
 
 /* Publish @outcome to @w.  Caller holds the lock of the queue @w was in and
@@ -166,8 +166,8 @@ static inline void wakeups_flush(struct wakeups *wk)
  * when the token fires.  Register before parking, unregister before the
  * node's frame dies: the token's lock is what keeps the firer from touching
  * a dead node. */
-void cancel_watch(ts_cancel *c, waiter *w);
-void cancel_unwatch(ts_cancel *c, waiter *w);
+void ts_lib_cancel_watch(ts_cancel *c, waiter *w);
+void ts_lib_cancel_unwatch(ts_cancel *c, waiter *w);
 
 static inline bool cancel_fired_now(const ts_cancel *c)
 {

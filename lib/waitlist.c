@@ -323,9 +323,9 @@ TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
 	TS_PROBE2(take__start, w, loads_first);
 	int64_t start = ts_now_ns();
 	if (cancel)
-		cancel_watch(cancel, &n.w);
+		ts_lib_cancel_watch(cancel, &n.w);
 	for (;;) {
-		int s = waiter_park(&n.w, WAITER_LOAD, deadline_ns, cancel);
+		int s = ts_lib_waiter_park(&n.w, WAITER_LOAD, deadline_ns, cancel);
 		spin_policy_record(&w->spin, &n.w);
 		n.w.spun = 0;
 		if (s == WAITER_LOAD) {
@@ -347,7 +347,7 @@ TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
 		break;
 	}
 	if (cancel)
-		cancel_unwatch(cancel, &n.w);
+		ts_lib_cancel_unwatch(cancel, &n.w);
 	TS_PROBE3(take__done, w, ts_now_ns() - start, r);
 	return r;
 }

@@ -13,9 +13,9 @@ static bool linked[N];
 
 static bool before(int a, int b)
 {
-	if (claim_before(&nodes[a].key, &nodes[b].key))
+	if (ts_lib_claim_before(&nodes[a].key, &nodes[b].key))
 		return true;
-	if (claim_before(&nodes[b].key, &nodes[a].key))
+	if (ts_lib_claim_before(&nodes[b].key, &nodes[a].key))
 		return false;
 	return nodes[a].arrival < nodes[b].arrival;
 }
@@ -41,17 +41,17 @@ static void check(struct skiplist *l)
 Test(skiplist, random_inserts_and_removals_keep_order)
 {
 	struct skiplist l;
-	skip_init(&l);
+	ts_lib_skip_init(&l);
 	srand(42);
 	for (int round = 0; round < 6 * N; round++) {
 		int i = rand() % N;
 		if (linked[i]) {
-			skip_remove(&l, &nodes[i]);
+			ts_lib_skip_remove(&l, &nodes[i]);
 			linked[i] = false;
 		} else {
 			/* few distinct values so ties (FIFO by arrival) are common */
 			nodes[i].key = (ts_claim){ rand() % 3, rand() % 5, (uint64_t)(rand() % 4) };
-			bool first = skip_insert(&l, &nodes[i]);
+			bool first = ts_lib_skip_insert(&l, &nodes[i]);
 			cr_assert_eq(first, skip_first(&l) == &nodes[i]);
 			linked[i] = true;
 		}
@@ -64,15 +64,15 @@ Test(skiplist, random_inserts_and_removals_keep_order)
 Test(skiplist, equal_claims_leave_in_arrival_order)
 {
 	struct skiplist l;
-	skip_init(&l);
+	ts_lib_skip_init(&l);
 	for (int i = 0; i < 100; i++) {
 		nodes[i].key = (ts_claim){ 1, 7, 7 };
-		skip_insert(&l, &nodes[i]);
+		ts_lib_skip_insert(&l, &nodes[i]);
 	}
 	for (int i = 0; i < 100; i++) {
 		struct skip_node *n = skip_first(&l);
 		cr_assert_eq(n, &nodes[i]);
-		skip_remove(&l, n);
+		ts_lib_skip_remove(&l, n);
 	}
 	cr_assert_null(skip_first(&l));
 }

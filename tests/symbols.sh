@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: MIT
 # Symbol hygiene: the shared library exports exactly the functions the
 # public headers declare with TS_API — nothing hidden leaks out (hidden
-# visibility by default), and nothing declared is missing.
+# visibility by default), and nothing declared is missing.  The static
+# archive defines only ts_ names (internals carry the reserved ts_lib_
+# prefix), so a program with its own skip_insert links against it.
 set -e
 src=$(cd "$(dirname "$0")/.." && pwd)
 lib=.libs/libturnstile.so
@@ -17,3 +19,36 @@ if ! diff -u "$declared" "$exported"; then
 	exit 1
 fi
 echo "symbols: $(wc -l < "$exported") exported, all declared in include/turnstile/"
+
+archive=.libs/libturnstile.a
+[ -f "$archive" ] || { echo "symbols: $archive not built" >&2; exit 1; }
+# _.stapsdt.base is <sys/sdt.h>'s weak, hidden anchor: not a C identifier.
+foreign=$(nm -g --defined-only "$archive" | awk 'NF == 3 { print $3 }' |
+	grep -v -e '^ts_' -e '^_\.stapsdt\.base$' | sort -u)
+if [ -n "$foreign" ]; then
+	echo "symbols: $archive defines names outside ts_:" $foreign >&2
+	exit 1
+fi
+# A program that defines the names the library's internals once had.
+prog=$(mktemp -d)
+trap 'rm -f "$exported" "$declared"; rm -rf "$prog"' EXIT
+cat > "$prog/clash.c" <<'C'
+#include <turnstile.h>
+int skip_init, skip_insert, skip_remove, claim_before;
+int cancel_watch, cancel_unwatch, waiter_park;
+int main(void)
+{
+	ts_turnstile *t = ts_turnstile_new(1);
+	ts_claim claim = { 0, 0, 0 };
+	ts_pass pass;
+	if (!t || ts_turnstile_wait(t, &claim, TS_DEADLINE_NOW, NULL, &pass))
+		return 1;
+	ts_pass_return(&pass);
+	ts_turnstile_free(t);
+	return skip_insert + waiter_park;
+}
+C
+${CC:-cc} -std=c11 $TS_SAN_CFLAGS -I"$src/include" -o "$prog/clash" "$prog/clash.c" \
+	"$archive" $(pkg-config --libs liburcu-bp liburcu-cds) -pthread
+"$prog/clash"
+echo "symbols: $archive defines only ts_ names; a program defining skip_insert & co links statically"

@@ -109,7 +109,7 @@ proctype Waiter(byte me) {
 		:: else -> st[me] = QUEUED; queue[qlen] = me; qlen++
 		fi
 	}
-	watching[me] = cancellable;                     /* cancel_watch */
+	watching[me] = cancellable;                     /* ts_lib_cancel_watch */
 park:
 	if
 	:: st[me] >= GRANTED -> goto outcome
@@ -134,7 +134,7 @@ park:
 	fi;
 	goto park;
 leave:
-	watching[me] = false;                           /* cancel_unwatch */
+	watching[me] = false;                           /* ts_lib_cancel_unwatch */
 	atomic {                                        /* leave() under the lock */
 		if
 		:: st[me] >= GRANTED -> skip                 /* granted or closed first */
