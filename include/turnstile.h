@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* libturnstile — umbrella header.  Each part has its own header:
- *   turnstile/common.h     clock, deadlines, export macro
+ *   turnstile/common.h     clock, deadlines, ts_strerror, export macro
+ *   turnstile/version.h    TS_VERSION_* and ts_version (generated)
  *   turnstile/cancel.h     cancel tokens
  *   turnstile/turnstile.h  bounded, ordered admission (turnstile, pass, claim)
  *   turnstile/set.h        one turnstile per shard, lock-free lookup
@@ -12,6 +13,7 @@
 #define TURNSTILE_H
 
 #include <turnstile/common.h>
+#include <turnstile/version.h>
 #include <turnstile/cancel.h>
 #include <turnstile/turnstile.h>
 #include <turnstile/set.h>

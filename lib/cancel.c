@@ -1,43 +1,73 @@
 /* SPDX-License-Identifier: MIT */
-/* Cancel tokens: a fired flag plus the list of waits parked on it. */
+/* Cancel tokens: a fired flag plus the list of waits parked on it.
+ *
+ * The flag goes 0 -> FIRING -> FIRED.  Waiters treat any non-zero value as
+ * fired.  FIRING marks a ts_cancel_fire still touching the token: the
+ * destroyer waits for FIRED, which is the firer's last write to the token
+ * (then at most a futex_wake on its address), so a token may be destroyed
+ * as soon as every wait using it has returned, even while the fire that
+ * ended them is still running. */
 #include <turnstile/cancel.h>
 
 #include <assert.h>
 
+#include "futex.h"
 #include "hook.h"
 #include "spinlock.h"
 #include "waiter.h"
+
+enum { CANCEL_UNFIRED = 0, CANCEL_FIRING = 1, CANCEL_FIRED = 2 };
 
 TS_API void ts_cancel_init(ts_cancel *c)
 {
 	if (!c)
 		return;
-	atomic_init(&c->private_fired, 0);
-	atomic_init(&c->private_lock, 0);
+	atomic_init(&c->private_fired, CANCEL_UNFIRED);
+	atomic_init(&c->private_lock, SPINLOCK_FREE);
 	c->private_waiters = NULL;
 }
 
-/* Nudge every registered waiter that is asleep.  The list is guarded by the
- * token's lock, and a waiter unregisters (under that lock) before its node
- * dies, so every node touched here is alive.  The nudge moves SLEEPING back
- * to QUEUED: it never overwrites a grant, and the woken waiter re-checks
- * the flag before sleeping again. */
-TS_API void ts_cancel_fire(ts_cancel *c)
+/* Nudge up to one wake batch of registered waiters that are asleep, under
+ * the token's lock; the wakes are issued after unlocking.  The list is
+ * guarded by that lock, and a waiter unregisters (under it) before its
+ * node dies, so every node touched here is alive.  The nudge moves
+ * SLEEPING back to QUEUED: it never overwrites a grant, and the woken
+ * waiter re-checks the flag before sleeping again — so it never returns to
+ * SLEEPING, and each pass over the list nudges new sleepers only.
+ * Returns false once a pass found nobody asleep. */
+static bool nudge_batch(ts_cancel *c)
 {
-	if (!c)
-		return;
-	if (atomic_exchange_explicit(&c->private_fired, 1, memory_order_seq_cst))
-		return;
-	TS_FAULT(); /* window: fired, waiters not yet nudged */
+	struct wakeups wk;
+
+	wakeups_init(&wk);
 	spin_lock(&c->private_lock);
-	for (waiter *w = c->private_waiters; w; w = w->cancel_next) {
+	for (waiter *w = c->private_waiters; w && !wakeups_full(&wk); w = w->cancel_next) {
 		uint32_t s = WAITER_SLEEPING;
 		if (atomic_compare_exchange_strong_explicit(
 			    &w->state, &s, WAITER_QUEUED, memory_order_seq_cst,
 			    memory_order_relaxed))
-			futex_wake(&w->state, 1);
+			wakeups_add(&wk, &w->state);
 	}
 	spin_unlock(&c->private_lock);
+	bool more = wakeups_full(&wk);
+	wakeups_flush(&wk);
+	return more;
+}
+
+TS_API void ts_cancel_fire(ts_cancel *c)
+{
+	uint32_t unfired = CANCEL_UNFIRED;
+
+	if (!c || !atomic_compare_exchange_strong_explicit(&c->private_fired, &unfired,
+							   CANCEL_FIRING, memory_order_seq_cst,
+							   memory_order_relaxed))
+		return;
+	TS_FAULT(); /* window: fired, waiters not yet nudged */
+	while (nudge_batch(c))
+		;
+	TS_FAULT(); /* window: every waiter nudged, destroyer still held off */
+	atomic_store_explicit(&c->private_fired, CANCEL_FIRED, memory_order_release);
+	futex_wake(&c->private_fired, 1); /* a destroyer waiting for FIRED */
 }
 
 TS_API bool ts_cancel_fired(const ts_cancel *c)
@@ -45,10 +75,14 @@ TS_API bool ts_cancel_fired(const ts_cancel *c)
 	return cancel_fired_now(c);
 }
 
+/* Waits while a fire is still touching the token (FIRING). */
 TS_API void ts_cancel_destroy(ts_cancel *c)
 {
-	assert(!c || !c->private_waiters);
-	(void)c;
+	if (!c)
+		return;
+	while (atomic_load_explicit(&c->private_fired, memory_order_acquire) == CANCEL_FIRING)
+		futex_wait(&c->private_fired, CANCEL_FIRING, 0);
+	assert(!c->private_waiters);
 }
 
 void ts_lib_cancel_watch(ts_cancel *c, waiter *w)

@@ -2,6 +2,7 @@
 /* Jobs: a claim stamped once, and ts_wait_turn's fail-open turn. */
 #include <turnstile/job.h>
 
+#include <errno.h>
 #include <stdatomic.h>
 
 /* Process-wide and 64-bit: two jobs never share a seq, and it never wraps
@@ -46,24 +47,43 @@ TS_API ts_claim ts_job_claim(const ts_job *job)
 /* The turnstile found for the job's shard is cached in the job: a set never
  * removes a turnstile before ts_set_free, so the pointer cannot go stale,
  * and re-pointing the job clears it.  Several threads may fill the cache at
- * once; they store the same value, atomically. */
+ * once; they store the same value, atomically.  Release/acquire: a thread
+ * that finds the pointer in the cache also sees the turnstile's creation
+ * (its word and lock), which the filling thread saw through the set. */
+static ts_turnstile *job_turnstile(ts_job *job)
+{
+	if (!job->private_stamped || job->private_shard < 0)
+		return NULL;
+	ts_turnstile *t = atomic_load_explicit(&job->private_turnstile, memory_order_acquire);
+	if (!t) {
+		t = ts_set_turnstile(job->private_set, job->private_shard);
+		if (t)
+			atomic_store_explicit(&job->private_turnstile, t, memory_order_release);
+	}
+	return t; /* NULL: nothing orders this job */
+}
+
 TS_API ts_pass ts_private_wait_turn_slow(ts_job *job)
 {
 	ts_pass pass = TS_PASS_NONE;
 
-	if (!job || !job->private_stamped || job->private_shard < 0)
-		return pass;
-	ts_turnstile *t = atomic_load_explicit(&job->private_turnstile, memory_order_relaxed);
-	if (!t) {
-		t = ts_set_turnstile(job->private_set, job->private_shard);
-		if (!t)
-			return pass; /* unsized shard: fail open */
-		atomic_store_explicit(&job->private_turnstile, t, memory_order_relaxed);
-	}
 	/* Any refusal (deadline, cancel, closed) leaves the pass unissued. */
-	ts_turnstile_wait(t, &job->private_claim, job->private_deadline_ns,
-			  job->private_cancel, &pass);
+	ts_wait_turn_strict(job, &pass);
 	return pass;
+}
+
+TS_API int ts_wait_turn_strict(ts_job *job, ts_pass *pass)
+{
+	if (!pass)
+		return EINVAL;
+	*pass = (ts_pass)TS_PASS_NONE;
+	if (!job)
+		return EINVAL;
+	ts_turnstile *t = job_turnstile(job);
+	if (!t)
+		return 0;
+	return ts_turnstile_wait(t, &job->private_claim, job->private_deadline_ns,
+				 job->private_cancel, pass);
 }
 
 TS_API ts_pass ts_wait_turn(ts_job *job)

@@ -11,7 +11,15 @@
  * Entries are added under the set's mutex and never removed before
  * ts_set_free, so a turnstile pointer read under the read lock stays valid
  * after it is dropped; no grace period is ever waited for.  Memory is one
- * entry per shard in use plus the table's buckets, whatever the ids. */
+ * entry per shard in use plus the table's buckets, whatever the ids.
+ *
+ * FORK: liburcu runs the table's resizes and its call_rcu work on threads
+ * of its own, which a child of fork() does not have; cds_lfht_destroy in
+ * such a child waits for them for ever.  The first ts_set_new registers
+ * liburcu's fork hooks with pthread_atfork, so callers do nothing.  Both
+ * pairs are needed: the call_rcu one pauses and re-creates the worker the
+ * table uses, the bp one the reader registry.  call_rcu's is taken first
+ * (its worker may be inside a grace period, which needs the registry). */
 #include <turnstile/set.h>
 
 #include <errno.h>
@@ -37,6 +45,32 @@ struct shard_entry {
 	struct shard_entry *next_freed; /* ts_set_free's list */
 };
 
+static void before_fork(void)
+{
+	urcu_bp_call_rcu_before_fork();
+	urcu_bp_before_fork();
+}
+
+static void after_fork_parent(void)
+{
+	urcu_bp_after_fork_parent();
+	urcu_bp_call_rcu_after_fork_parent();
+}
+
+static void after_fork_child(void)
+{
+	urcu_bp_after_fork_child();
+	urcu_bp_call_rcu_after_fork_child();
+}
+
+static pthread_once_t fork_hooks_once = PTHREAD_ONCE_INIT;
+static int fork_hooks_error;
+
+static void install_fork_hooks(void)
+{
+	fork_hooks_error = pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
 static unsigned long shard_hash(int shard)
 {
 	uint64_t x = (uint32_t)shard; /* murmur3's 64-bit finaliser */
@@ -57,6 +91,9 @@ static int shard_match(struct cds_lfht_node *node, const void *key)
 
 TS_API ts_set *ts_set_new(void)
 {
+	pthread_once(&fork_hooks_once, install_fork_hooks);
+	if (fork_hooks_error)
+		goto nomem; /* pthread_atfork fails only with ENOMEM */
 	ts_set *s = calloc(1, sizeof(*s));
 	if (!s)
 		goto nomem;

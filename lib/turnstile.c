@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "busy.h"
 #include "hook.h"
 #include "probe.h"
 #include "skiplist.h"
@@ -38,36 +39,74 @@ TS_API ts_turnstile *ts_turnstile_new(int64_t concurrency)
 	atomic_init(&t->word, units(concurrency));
 	atomic_init(&t->lock, 0);
 	atomic_init(&t->waiting, 0);
+	atomic_init(&t->busy, 0);
 	atomic_init(&t->spin.score, 0);
 	atomic_init(&t->spin.probes, 0);
-	t->ceiling = concurrency;
+	atomic_init(&t->ceiling_units, (int64_t)units(concurrency));
 	ts_lib_skip_init(&t->queue);
 	return t;
 }
 
 TS_API void ts_turnstile_free(ts_turnstile *t)
 {
+	if (!t)
+		return;
+	busy_wait_idle(&t->busy);
 	free(t);
 }
 
-/* Hand free passes to the head waiters while any are free.  Lock held.
- * Each grant unlinks the waiter and publishes GRANTED with one exchange
- * (waiter.h); the pass moves from `available` to the waiter in the same
- * critical section, so it is never both free and held, nor lost. */
-static void drain(ts_turnstile *t, struct wakeups *wk)
+/* Hand free passes to the head waiters while any are free, at most one
+ * wake batch.  Lock held.  Each grant unlinks the waiter and publishes
+ * GRANTED with one exchange (waiter.h); the pass moves from `available` to
+ * the waiter in the same critical section, so it is never both free and
+ * held, nor lost.  Returns true when the batch filled with a pass still
+ * free and a waiter still queued: the caller unlocks, wakes, and drains
+ * again (drain_rest) — that waiter keeps the turnstile alive meanwhile.
+ *
+ * HAPPENS-BEFORE: every RMW of the word here and in the other locked paths
+ * is acq_rel.  A pass returned on the fast path was released into the word;
+ * whoever later grants it from under the lock has acquired the word first,
+ * and the grant's exchange hands that on to the waiter. */
+static bool drain(ts_turnstile *t, struct wakeups *wk)
 {
 	struct skip_node *n;
 
-	while (word_available(atomic_load_explicit(&t->word, memory_order_relaxed)) > 0 &&
+	while (word_available(atomic_load_explicit(&t->word, memory_order_acquire)) > 0 &&
 	       (n = skip_first(&t->queue))) {
+		if (wakeups_full(wk))
+			return true;
 		ts_lib_skip_remove(&t->queue, n);
-		atomic_fetch_sub_explicit(&t->word, WORD_UNIT, memory_order_relaxed);
+		atomic_fetch_sub_explicit(&t->word, WORD_UNIT, memory_order_acq_rel);
 		atomic_fetch_sub_explicit(&t->waiting, 1, memory_order_relaxed);
 		struct turn_waiter *tw = (struct turn_waiter *)n;
 		wakeups_add(wk, waiter_grant(&tw->w, WAITER_GRANTED));
 	}
 	if (!skip_first(&t->queue))
-		atomic_fetch_and_explicit(&t->word, ~WORD_WAITERS, memory_order_release);
+		atomic_fetch_and_explicit(&t->word, ~WORD_WAITERS, memory_order_acq_rel);
+	return false;
+}
+
+/* Finish a critical section that drained: unlock, wake, and go on
+ * draining batch by batch while drain() says more are owed, with t marked
+ * busy across the gaps (busy.h).  Lock held on entry. */
+static void unlock_and_wake(ts_turnstile *t, struct wakeups *wk, bool more)
+{
+	bool gaps = more;
+
+	if (gaps)
+		busy_enter(&t->busy);
+	for (;;) {
+		spin_unlock(&t->lock); /* without gaps, the last touch of t */
+		wakeups_flush(wk);
+		if (!more)
+			break;
+		wakeups_init(wk);
+		spin_lock(&t->lock);
+		more = !(atomic_load_explicit(&t->word, memory_order_relaxed) & WORD_CLOSED) &&
+		       drain(t, wk);
+	}
+	if (gaps)
+		busy_leave(&t->busy);
 }
 
 /* Queue @tw, or take a pass if one became free.  Lock NOT held.
@@ -95,9 +134,10 @@ static int enqueue(ts_turnstile *t, struct turn_waiter *tw, int64_t now,
 			spin_unlock(&t->lock);
 			return ETIMEDOUT;
 		}
+		/* acq_rel: acquires a fast return's release (see drain) */
 		if ((w & WORD_WAITERS) ||
 		    atomic_compare_exchange_weak_explicit(
-			    &t->word, &w, w | WORD_WAITERS, memory_order_relaxed,
+			    &t->word, &w, w | WORD_WAITERS, memory_order_acq_rel,
 			    memory_order_relaxed))
 			break;
 	}
@@ -123,7 +163,7 @@ static int leave(ts_turnstile *t, struct turn_waiter *tw, int reason)
 		atomic_fetch_sub_explicit(&t->waiting, 1, memory_order_relaxed);
 		if (!skip_first(&t->queue))
 			atomic_fetch_and_explicit(&t->word, ~WORD_WAITERS,
-						  memory_order_relaxed);
+						  memory_order_acq_rel);
 	}
 	spin_unlock(&t->lock);
 	return s >= WAITER_FINAL ? (int)s : reason;
@@ -173,8 +213,16 @@ static int wait_queued(ts_turnstile *t, const ts_claim *claim, int64_t start,
 	spin_policy_record(&t->spin, &tw.w);
 	if (cancel)
 		ts_lib_cancel_unwatch(cancel, &tw.w);
-	if (outcome < 0)
+	if (outcome < 0) {
 		outcome = leave(t, &tw, outcome);
+	} else {
+		/* LIFETIME: the outcome was seen without the lock, while its
+		 * granter may still hold it.  Pass through the lock once: after
+		 * that the granter's last touch of t (its unlock) is behind us,
+		 * so our caller may free t as soon as its pass is back. */
+		spin_lock(&t->lock);
+		spin_unlock(&t->lock);
+	}
 
 	switch (outcome) {
 	case WAITER_GRANTED:
@@ -203,10 +251,15 @@ __attribute__((noinline, cold)) TS_API void ts_private_return_slow(ts_turnstile 
 	TS_PROBE1(pass__return, t);
 	wakeups_init(&wk);
 	spin_lock(&t->lock);
-	atomic_fetch_add_explicit(&t->word, WORD_UNIT, memory_order_release);
-	drain(t, &wk);
-	spin_unlock(&t->lock);
-	wakeups_flush(&wk);
+	/* A return with every pass already free is a second copy of a pass
+	 * returned before: counting it would raise the ceiling.  Ignore it. */
+	if (word_available(atomic_load_explicit(&t->word, memory_order_relaxed)) >=
+	    turnstile_ceiling(t)) {
+		spin_unlock(&t->lock);
+		return;
+	}
+	atomic_fetch_add_explicit(&t->word, WORD_UNIT, memory_order_acq_rel);
+	unlock_and_wake(t, &wk, drain(t, &wk));
 }
 
 TS_API void ts_pass_return(ts_pass *p)
@@ -233,40 +286,49 @@ TS_API int ts_turnstile_resize(ts_turnstile *t, int64_t concurrency)
 	wakeups_init(&wk);
 	spin_lock(&t->lock);
 	/* Move by the delta: passes held now stay held and are not reissued. */
-	int64_t delta = concurrency - t->ceiling;
-	TS_PROBE3(resize, t, t->ceiling, concurrency);
-	t->ceiling = concurrency;
-	atomic_fetch_add_explicit(&t->word, units(delta), memory_order_release);
-	if (!(atomic_load_explicit(&t->word, memory_order_relaxed) & WORD_CLOSED))
-		drain(t, &wk);
-	spin_unlock(&t->lock);
-	wakeups_flush(&wk);
+	int64_t delta = concurrency - turnstile_ceiling(t);
+	TS_PROBE3(resize, t, turnstile_ceiling(t), concurrency);
+	atomic_store_explicit(&t->ceiling_units, (int64_t)units(concurrency), memory_order_relaxed);
+	uint64_t w = atomic_fetch_add_explicit(&t->word, units(delta), memory_order_acq_rel);
+	unlock_and_wake(t, &wk, !(w & WORD_CLOSED) && drain(t, &wk));
 	return 0;
 }
 
-/* Set CLOSED and release every waiter with WAITER_CLOSED.  Each is unlinked
- * here, so a waiter that timed out concurrently finds a final state in
- * leave() and does not unlink itself a second time. */
+/* Set CLOSED and release every waiter with WAITER_CLOSED, one wake batch
+ * per critical section (waiter.h).  Each is unlinked here, so a waiter that
+ * timed out concurrently finds a final state in leave() and does not
+ * unlink itself a second time.  Nobody queues once CLOSED is set, so the
+ * loop ends; each round runs only while a waiter is still queued. */
 TS_API void ts_turnstile_close(ts_turnstile *t)
 {
 	struct wakeups wk;
 	struct skip_node *n;
+	bool more;
+	int gaps = 0;
 
 	if (!t)
 		return;
 	TS_PROBE1(close, t);
-	wakeups_init(&wk);
-	spin_lock(&t->lock);
-	atomic_fetch_or_explicit(&t->word, WORD_CLOSED, memory_order_release);
-	while ((n = skip_first(&t->queue))) {
-		ts_lib_skip_remove(&t->queue, n);
-		atomic_fetch_sub_explicit(&t->waiting, 1, memory_order_relaxed);
-		wakeups_add(&wk, waiter_grant(&((struct turn_waiter *)n)->w,
-					      WAITER_CLOSED));
-	}
-	atomic_fetch_and_explicit(&t->word, ~WORD_WAITERS, memory_order_relaxed);
-	spin_unlock(&t->lock);
-	wakeups_flush(&wk);
+	do {
+		wakeups_init(&wk);
+		spin_lock(&t->lock);
+		atomic_fetch_or_explicit(&t->word, WORD_CLOSED, memory_order_acq_rel);
+		while ((n = skip_first(&t->queue)) && !wakeups_full(&wk)) {
+			ts_lib_skip_remove(&t->queue, n);
+			atomic_fetch_sub_explicit(&t->waiting, 1, memory_order_relaxed);
+			wakeups_add(&wk, waiter_grant(&((struct turn_waiter *)n)->w,
+						      WAITER_CLOSED));
+		}
+		more = n != NULL;
+		if (!more)
+			atomic_fetch_and_explicit(&t->word, ~WORD_WAITERS, memory_order_acq_rel);
+		else if (!gaps++)
+			busy_enter(&t->busy);
+		spin_unlock(&t->lock);
+		wakeups_flush(&wk);
+	} while (more);
+	if (gaps)
+		busy_leave(&t->busy);
 }
 
 TS_API bool ts_turnstile_closed(const ts_turnstile *t)

@@ -18,19 +18,30 @@
 #define WORD_UNIT TS_PRIVATE_WORD_UNIT
 
 struct ts_turnstile {
-	_Alignas(64) _Atomic uint64_t word; /* alone on its line: the fast path */
-	_Alignas(64) _Atomic int lock;
-	int64_t ceiling;              /* under lock */
+	/* the fast paths' line: struct ts_private_turnstile_head */
+	_Alignas(64) _Atomic uint64_t word;
+	_Atomic int64_t ceiling_units; /* ceiling << 2, written under lock */
+	_Alignas(64) _Atomic uint32_t lock;
 	_Atomic int64_t waiting;      /* queue length, for snapshots */
+	_Atomic uint32_t busy;        /* calls between unlocks (busy.h) */
 	struct spin_policy spin;      /* does the head's spin pay here? */
 	struct skiplist queue;        /* under lock */
 };
-_Static_assert(offsetof(struct ts_turnstile, word) == 0,
-	       "fastpath.h reads the word as the first member");
+_Static_assert(offsetof(struct ts_turnstile, word) ==
+		       offsetof(struct ts_private_turnstile_head, word) &&
+	       offsetof(struct ts_turnstile, ceiling_units) ==
+		       offsetof(struct ts_private_turnstile_head, ceiling_units),
+	       "fastpath.h reads the word and the ceiling as the first members");
 
 static inline int64_t word_available(uint64_t w)
 {
 	return (int64_t)w >> 2; /* arithmetic shift: gcc and clang define it */
+}
+
+/* Read under the lock (resize is the only writer, under it too). */
+static inline int64_t turnstile_ceiling(const struct ts_turnstile *t)
+{
+	return atomic_load_explicit(&t->ceiling_units, memory_order_relaxed) >> 2;
 }
 
 #endif

@@ -128,9 +128,12 @@ static inline void spin_policy_record(struct spin_policy *p, const waiter *w)
 	atomic_store_explicit(&p->score, s, memory_order_relaxed);
 }
 
-/* Wake-ups owed after a critical section that granted several waiters.
- * Collected under the lock, issued after unlocking so nobody spins on the
- * queue lock during a system call; a full batch is issued at once. */
+/* Wake-ups owed after a critical section that granted waiters.  Collected
+ * under the lock and issued after unlocking: no system call ever runs
+ * under a queue lock.  A batch holds WAKE_BATCH; a critical section that
+ * could grant more (a close, a large grow) stops when the batch is full,
+ * unlocks, wakes, and takes the lock again for the rest — only while a
+ * waiter is still queued, so the object cannot have been freed meanwhile. */
 #define WAKE_BATCH 16
 struct wakeups {
 	int n;
@@ -143,13 +146,15 @@ static inline void wakeups_init(struct wakeups *wk)
 	wk->n = 0;
 }
 
+static inline bool wakeups_full(const struct wakeups *wk)
+{
+	return wk->n == WAKE_BATCH;
+}
+
+/* Caller checks wakeups_full() before each grant that may need a wake. */
 static inline void wakeups_add(struct wakeups *wk, _Atomic uint32_t *word)
 {
-	if (!word)
-		return;
-	if (wk->n == WAKE_BATCH)
-		waiter_wake(word);
-	else
+	if (word)
 		wk->word[wk->n++] = word;
 }
 

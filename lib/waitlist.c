@@ -1,29 +1,43 @@
 /* SPDX-License-Identifier: MIT */
 /* Waitlist: FIFO waiters, LIFO ready stack, lazy creation under a cap.
  *
- * One spinlock guards everything below.  Waiters are nodes on their own
- * stacks (struct taker), parked on their own futex word (waiter.h).
+ * One lock guards everything below.  Waiters are nodes on their own
+ * stacks (struct taker), parked on their own futex word (waiter.h).  A
+ * taker is IDLE while it waits without a creation slot, and LOADING from
+ * the moment it gets one until its load returns.
  *
  * INVARIANTS, whenever the lock is free:
- *  - ready non-empty => queue empty: put and a finished load hand an item
- *    to the head waiter before they ever push it onto the ready stack.
- *  - a queued taker without a slot waits only while every slot is in use:
- *    a slot freed by a failed load or a discard goes at once to the oldest
- *    taker that has none (pass_slot).
- *  - room >= ready + loading: every load in flight has room reserved on the
- *    ready stack, so a finished load can always park its item there and no
- *    item is ever dropped for want of memory.
+ *  - no item is ever handed to a loading taker: it could not use it until
+ *    its load returns.  A returned item goes to the oldest idle taker
+ *    (oldest_idle), and onto the ready stack only if none waits; so a
+ *    non-empty ready stack means every queued taker is loading.
+ *  - a queued idle taker waits only while every slot is in use: a slot
+ *    freed by a failed load or a discard goes at once to the oldest idle
+ *    taker (pass_slot).
+ *  - so every loader is queued ahead of every idle taker: a taker joins
+ *    with a slot only when one is free, and then nobody idle waits; a slot
+ *    passed later goes to the first idle taker.  A loader whose load
+ *    returned is therefore the oldest idle taker, and keeps its item.
+ *  - loads never need the ready stack (by the above), only put pushes, and
+ *    it grows the stack outside the lock: nothing under the lock allocates
+ *    or sleeps.
  * HAND-OVER: an item goes to a taker only under the lock, by writing it
  * into the node and publishing GRANTED with one exchange (waiter_grant), the
  * node having been unlinked first.  A taker that times out or is cancelled
  * takes the lock and reads its own state: GRANTED means the item reached it
  * first and it returns it (0); otherwise it unlinks itself, so no later put
- * can pick it.  Either way the item has exactly one owner. */
+ * can pick it.  Either way the item has exactly one owner.
+ * LIFETIME: a taker that saw its outcome without the lock (GRANTED, CLOSED)
+ * passes through the lock before it returns.  The granter published under
+ * the lock, so by then the granter's last touch of the pool is behind it and
+ * the caller may free the pool at once (as POSIX semaphores allow). */
 #include <turnstile/waitlist.h>
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include "busy.h"
 #include "hook.h"
 #include "probe.h"
 #include "spinlock.h"
@@ -33,20 +47,21 @@ struct taker {
 	struct taker *prev, *next; /* queue links, under the lock */
 	waiter w;
 	void *item;   /* written before GRANTED is published */
-	bool loading; /* holds a creation slot and is (about to be) loading */
+	bool loading; /* holds a creation slot and its load has not returned */
 };
 
 struct ts_waitlist {
-	_Atomic int lock;
+	_Atomic uint32_t lock;
+	_Atomic uint32_t busy; /* a close between unlocks (busy.h) */
 	bool closed;
 	size_t max_items, max_waiters;
 	size_t created; /* creation slots in use */
-	size_t loading; /* loads in flight (each holds a slot and ready room) */
 	size_t waiting; /* queue length */
 	struct taker *head, *tail;
 	struct spin_policy spin; /* does the head's spin pay here? */
 	void **ready;
 	size_t n_ready, room;
+	ts_waitlist_counters counters;
 };
 
 TS_API ts_waitlist *ts_waitlist_new(size_t max_items, size_t max_waiters)
@@ -65,25 +80,30 @@ TS_API void ts_waitlist_free(ts_waitlist *w)
 {
 	if (!w)
 		return;
+	busy_wait_idle(&w->busy);
 	free(w->ready);
 	free(w);
 }
 
-/* Make room for @need items on the ready stack.  Lock held; growing is
- * rare (amortised doubling) and never happens on the take/put fast path
- * once the pool has reached its working size. */
-static bool reserve(ts_waitlist *w, size_t need)
+/* Make room for @need ready items.  Called WITHOUT the lock: the
+ * allocation happens outside it and only the copy inside.  false: out of
+ * memory (nothing changed). */
+static bool grow_ready(ts_waitlist *w, size_t need)
 {
-	if (need <= w->room)
-		return true;
-	size_t room = w->room ? w->room : 8;
-	while (room < need)
-		room *= 2;
-	void **grown = realloc(w->ready, room * sizeof(*grown));
-	if (!grown)
+	size_t room = need < 8 ? 8 : need * 2;
+	void **fresh = malloc(room * sizeof(*fresh));
+	if (!fresh)
 		return false;
-	w->ready = grown;
-	w->room = room;
+	spin_lock(&w->lock);
+	if (w->room < room) {
+		memcpy(fresh, w->ready, w->n_ready * sizeof(*fresh));
+		void **old = w->ready;
+		w->ready = fresh;
+		w->room = room;
+		fresh = old;
+	}
+	spin_unlock(&w->lock);
+	free(fresh); /* the old stack, or ours if another put grew it first */
 	return true;
 }
 
@@ -112,16 +132,14 @@ static void unlink_taker(ts_waitlist *w, struct taker *n)
 	w->waiting--;
 }
 
-/* Give @n a creation slot (room on the ready stack reserved with it).
- * Lock held.  false if the room could not be reserved. */
-static bool take_slot(ts_waitlist *w, struct taker *n)
+/* The oldest queued taker that is not loading, or NULL.  Lock held.  It
+ * walks past the loaders at the front: at most one per creation slot. */
+static struct taker *oldest_idle(const ts_waitlist *w)
 {
-	if (!reserve(w, w->n_ready + w->loading + 1))
-		return false;
-	w->created++;
-	w->loading++;
-	n->loading = true;
-	return true;
+	struct taker *n = w->head;
+	while (n && n->loading)
+		n = n->next;
+	return n;
 }
 
 static bool slot_free(const ts_waitlist *w)
@@ -129,51 +147,42 @@ static bool slot_free(const ts_waitlist *w)
 	return w->max_items == 0 || w->created < w->max_items;
 }
 
-/* A slot was freed: hand it to the oldest queued taker without one, which
- * wakes and loads.  It stays linked, so FIFO order is kept for the item it
- * will make.  Lock held. */
+/* A slot was freed: hand it to the oldest idle taker, which wakes and
+ * loads.  It stays linked: once its load returns it competes for the item
+ * at its place in the queue.  Lock held. */
 static void pass_slot(ts_waitlist *w, struct wakeups *wk)
 {
 	if (w->closed || !slot_free(w))
 		return;
-	for (struct taker *n = w->head; n; n = n->next)
-		if (!n->loading) {
-			if (take_slot(w, n))
-				wakeups_add(wk, waiter_grant(&n->w, WAITER_LOAD));
-			return;
-		}
+	struct taker *n = oldest_idle(w);
+	if (!n)
+		return;
+	w->created++;
+	n->loading = true;
+	wakeups_add(wk, waiter_grant(&n->w, WAITER_LOAD));
 }
 
-/* @n holds a slot it will not use: it was handed an item, closed out, or
- * gave up before it started loading.  Free the slot for the oldest taker
- * that has none.  Lock held. */
+/* @n holds a slot it will not use (closed out, or gave up before loading):
+ * free it for the oldest idle taker.  Lock held. */
 static void drop_slot(ts_waitlist *w, struct taker *n, struct wakeups *wk)
 {
 	n->loading = false;
-	w->loading--;
 	w->created--;
 	pass_slot(w, wk);
 }
 
-/* Hand @item to the head taker, or push it if nobody waits.  Lock held;
- * the caller has ensured room for the push. */
-static void hand_out(ts_waitlist *w, void *item, struct wakeups *wk)
+/* Unlink @n and hand it @item.  Lock held; @n is idle. */
+static void give(ts_waitlist *w, struct taker *n, void *item, struct wakeups *wk)
 {
-	struct taker *h = w->head;
-	if (!h) {
-		w->ready[w->n_ready++] = item;
-		return;
-	}
-	unlink_taker(w, h);
-	h->item = item;
-	wakeups_add(wk, waiter_grant(&h->w, WAITER_GRANTED));
+	unlink_taker(w, n);
+	n->item = item;
+	wakeups_add(wk, waiter_grant(&n->w, WAITER_GRANTED));
 }
 
-/* The loader's side, after its load returned.  Returns the take's result,
- * or EINPROGRESS when the caller must go on waiting (its item went to an
- * earlier taker).  The state read under the lock says what happened while
- * it was loading: GRANTED (a put reached it), CLOSED (close unlinked it),
- * or still LOAD (linked, waiting its turn). */
+/* The loader's side, after its load returned: the take's result.  Its
+ * state read under the lock is LOAD (still linked) or CLOSED (close
+ * unlinked it): a loader is never handed an item.  Nobody idle is queued
+ * ahead of it (INVARIANTS), so a made item is its own. */
 static int finish_load(ts_waitlist *w, struct taker *n, int err, void *made, void **out)
 {
 	struct wakeups wk;
@@ -183,35 +192,21 @@ static int finish_load(ts_waitlist *w, struct taker *n, int err, void *made, voi
 	wakeups_init(&wk);
 	spin_lock(&w->lock);
 	n->loading = false;
-	w->loading--;
-	uint32_t s = atomic_load_explicit(&n->w.state, memory_order_acquire);
+	bool closed_out = atomic_load_explicit(&n->w.state, memory_order_acquire) == WAITER_CLOSED;
 	if (err) {
+		w->counters.load_failures++;
+		w->counters.last_load_error = err;
 		w->created--;
-		if (s == WAITER_GRANTED) {
-			*out = n->item;
-			r = 0;
-		} else {
-			if (s != WAITER_CLOSED)
-				unlink_taker(w, n);
-			r = err;
-		}
+		if (!closed_out)
+			unlink_taker(w, n);
 		pass_slot(w, &wk);
-	} else if (s == WAITER_GRANTED) {
-		*out = n->item;
-		r = 0;
-		hand_out(w, made, &wk); /* room was reserved with the slot */
-	} else if (s == WAITER_CLOSED) {
-		*out = made;
-		r = 0;
-	} else if (w->head == n) {
-		unlink_taker(w, n);
-		*out = made;
-		r = 0;
+		r = err;
 	} else {
-		hand_out(w, made, &wk); /* FIFO: the head is older than us */
-		atomic_store_explicit(&n->w.state, WAITER_QUEUED, memory_order_relaxed);
-		n->w.spin = false;
-		r = EINPROGRESS;
+		w->counters.loads++;
+		if (!closed_out)
+			unlink_taker(w, n);
+		*out = made;
+		r = 0;
 	}
 	spin_unlock(&w->lock);
 	wakeups_flush(&wk);
@@ -227,6 +222,16 @@ static int run_load(ts_waitlist *w, struct taker *n, ts_load_fn load, void *arg,
 		err = EIO; /* a load must return a positive errno; keep it an error */
 	TS_PROBE3(create, w, made, err);
 	return finish_load(w, n, err, made, out);
+}
+
+static void count_refusal(ts_waitlist *w, int r)
+{
+	if (r == ETIMEDOUT)
+		w->counters.timeouts++;
+	else if (r == ECANCELED)
+		w->counters.cancels++;
+	else if (r == EAGAIN)
+		w->counters.rejected++;
 }
 
 /* The taker gave up (timeout or cancel): see HAND-OVER above. */
@@ -249,18 +254,24 @@ static int leave(ts_waitlist *w, struct taker *n, int reason, void **out)
 	}
 	if (n->loading) /* a slot reached it as it gave up: pass it on */
 		drop_slot(w, n, &wk);
+	count_refusal(w, r);
 	spin_unlock(&w->lock);
 	wakeups_flush(&wk);
 	return r;
 }
 
-static void give_back_slot(ts_waitlist *w, struct taker *n)
+/* @n saw GRANTED or CLOSED without the lock: pass through the lock (see
+ * LIFETIME), giving back a slot that reached it just before the close did
+ * (CLOSED overwrites LOAD; n->loading, written under the lock before either
+ * exchange, tells, and nobody else writes it once @n is unlinked). */
+static void settle(ts_waitlist *w, struct taker *n)
 {
 	struct wakeups wk;
 
 	wakeups_init(&wk);
 	spin_lock(&w->lock);
-	drop_slot(w, n, &wk);
+	if (n->loading)
+		drop_slot(w, n, &wk);
 	spin_unlock(&w->lock);
 	wakeups_flush(&wk);
 }
@@ -296,24 +307,21 @@ TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
 		return 0;
 	}
 	if ((r = refuse(w, deadline_ns, cancel))) {
+		count_refusal(w, r);
 		spin_unlock(&w->lock);
 		return r;
 	}
 	/* Join the queue first: a loader counts as a waiter, and the item it
-	 * makes goes to whoever is oldest. */
+	 * makes goes to the oldest idle taker. */
 	waiter_init(&n.w);
-	n.loading = false;
 	n.item = NULL;
+	n.loading = slot_free(w);
 	link_tail(w, &n);
-	if (slot_free(w)) {
-		if (!take_slot(w, &n)) {
-			unlink_taker(w, &n);
-			spin_unlock(&w->lock);
-			return ENOMEM;
-		}
+	if (n.loading) {
+		w->created++;
 		atomic_store_explicit(&n.w.state, WAITER_LOAD, memory_order_relaxed);
 	} else {
-		n.w.spin = w->head == &n && spin_policy_allows(&w->spin);
+		n.w.spin = oldest_idle(w) == &n && spin_policy_allows(&w->spin);
 	}
 	/* Read under the lock: once it is dropped, pass_slot may write it. */
 	bool loads_first = n.loading;
@@ -324,27 +332,16 @@ TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
 	int64_t start = ts_now_ns();
 	if (cancel)
 		ts_lib_cancel_watch(cancel, &n.w);
-	for (;;) {
-		int s = ts_lib_waiter_park(&n.w, WAITER_LOAD, deadline_ns, cancel);
-		spin_policy_record(&w->spin, &n.w);
-		n.w.spun = 0;
-		if (s == WAITER_LOAD) {
-			r = run_load(w, &n, load, load_arg, item);
-			if (r == EINPROGRESS)
-				continue;
-		} else if (s == WAITER_GRANTED || s == WAITER_CLOSED) {
-			/* A slot may have reached us just before the item or the
-			 * close did (both overwrite LOAD): n.loading, written
-			 * before either exchange, tells; nobody else writes it
-			 * once we are unlinked. */
-			if (n.loading)
-				give_back_slot(w, &n);
-			*item = s == WAITER_GRANTED ? n.item : NULL;
-			r = s == WAITER_GRANTED ? 0 : ESHUTDOWN;
-		} else {
-			r = leave(w, &n, s == WAITER_CANCELED ? ECANCELED : ETIMEDOUT, item);
-		}
-		break;
+	int s = ts_lib_waiter_park(&n.w, WAITER_LOAD, deadline_ns, cancel);
+	spin_policy_record(&w->spin, &n.w);
+	if (s == WAITER_LOAD) {
+		r = run_load(w, &n, load, load_arg, item);
+	} else if (s == WAITER_GRANTED || s == WAITER_CLOSED) {
+		settle(w, &n);
+		*item = s == WAITER_GRANTED ? n.item : NULL;
+		r = s == WAITER_GRANTED ? 0 : ESHUTDOWN;
+	} else {
+		r = leave(w, &n, s == WAITER_CANCELED ? ECANCELED : ETIMEDOUT, item);
 	}
 	if (cancel)
 		ts_lib_cancel_unwatch(cancel, &n.w);
@@ -370,15 +367,30 @@ TS_API bool ts_waitlist_put(ts_waitlist *w, void *item)
 
 	if (!w)
 		return false;
-	wakeups_init(&wk);
-	spin_lock(&w->lock);
 	TS_PROBE2(put, w, item);
-	bool ok = !w->closed && (w->head || reserve(w, w->n_ready + w->loading + 1));
-	if (ok)
-		hand_out(w, item, &wk);
-	spin_unlock(&w->lock);
-	wakeups_flush(&wk);
-	return ok;
+	wakeups_init(&wk);
+	for (;;) {
+		spin_lock(&w->lock);
+		if (w->closed) {
+			spin_unlock(&w->lock);
+			return false;
+		}
+		struct taker *h = oldest_idle(w);
+		if (h)
+			give(w, h, item, &wk);
+		else if (w->n_ready < w->room)
+			w->ready[w->n_ready++] = item;
+		else {
+			size_t need = w->n_ready + 1;
+			spin_unlock(&w->lock);
+			if (!grow_ready(w, need))
+				return false; /* ENOMEM: nobody idle waits for it */
+			continue;
+		}
+		spin_unlock(&w->lock);
+		wakeups_flush(&wk);
+		return true;
+	}
 }
 
 TS_API void ts_waitlist_discard(ts_waitlist *w)
@@ -392,31 +404,43 @@ TS_API void ts_waitlist_discard(ts_waitlist *w)
 	spin_lock(&w->lock);
 	if (w->created > 0) {
 		w->created--;
+		w->counters.discards++;
 		pass_slot(w, &wk);
 	}
 	spin_unlock(&w->lock);
 	wakeups_flush(&wk);
 }
 
-/* Unlink every taker and tell it CLOSED.  A loader among them finds CLOSED
- * after its load and keeps what it made; one that timed out concurrently
- * finds a final state in leave() and does not unlink itself twice. */
+/* Unlink every taker and tell it CLOSED, one wake batch per critical
+ * section (waiter.h).  A loader among them finds CLOSED after its load and
+ * keeps what it made; one that timed out concurrently finds a final state
+ * in leave() and does not unlink itself twice.  Nobody joins once closed,
+ * so the loop ends. */
 TS_API void ts_waitlist_close(ts_waitlist *w)
 {
 	struct wakeups wk;
+	bool more;
+	int gaps = 0;
 
 	if (!w)
 		return;
-	wakeups_init(&wk);
-	spin_lock(&w->lock);
-	w->closed = true;
-	while (w->head) {
-		struct taker *n = w->head;
-		unlink_taker(w, n);
-		wakeups_add(&wk, waiter_grant(&n->w, WAITER_CLOSED));
-	}
-	spin_unlock(&w->lock);
-	wakeups_flush(&wk);
+	do {
+		wakeups_init(&wk);
+		spin_lock(&w->lock);
+		w->closed = true;
+		while (w->head && !wakeups_full(&wk)) {
+			struct taker *n = w->head;
+			unlink_taker(w, n);
+			wakeups_add(&wk, waiter_grant(&n->w, WAITER_CLOSED));
+		}
+		more = w->head != NULL;
+		if (more && !gaps++)
+			busy_enter(&w->busy);
+		spin_unlock(&w->lock);
+		wakeups_flush(&wk);
+	} while (more);
+	if (gaps)
+		busy_leave(&w->busy);
 }
 
 TS_API void ts_waitlist_stats(const ts_waitlist *cw, size_t *created, size_t *ready,
@@ -438,4 +462,19 @@ TS_API void ts_waitlist_stats(const ts_waitlist *cw, size_t *created, size_t *re
 		*ready = r;
 	if (waiting)
 		*waiting = q;
+}
+
+TS_API void ts_waitlist_read_counters(const ts_waitlist *cw, ts_waitlist_counters *out)
+{
+	ts_waitlist *w = (ts_waitlist *)cw; /* the lock is not part of the value */
+
+	if (!out)
+		return;
+	if (!w) {
+		memset(out, 0, sizeof(*out));
+		return;
+	}
+	spin_lock(&w->lock);
+	*out = w->counters;
+	spin_unlock(&w->lock);
 }

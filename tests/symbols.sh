@@ -12,7 +12,8 @@ lib=.libs/libturnstile.so
 exported=$(mktemp) declared=$(mktemp)
 trap 'rm -f "$exported" "$declared"' EXIT
 nm -D --defined-only "$lib" | awk '{ print $3 }' | grep -v '^_' | sort -u > "$exported"
-grep -ho '^TS_API [^(]*(' "$src"/include/turnstile/*.h |
+# version.h is generated into the build tree
+grep -ho '^TS_API [^(]*(' "$src"/include/turnstile/*.h include/turnstile/version.h |
 	sed -E 's/.*[ *]([A-Za-z_0-9]+)\($/\1/' | sort -u > "$declared"
 if ! diff -u "$declared" "$exported"; then
 	echo "symbols: exported symbols differ from the headers' TS_API declarations (- declared, + exported)" >&2
@@ -48,7 +49,7 @@ int main(void)
 	return skip_insert + waiter_park;
 }
 C
-${CC:-cc} -std=c11 $TS_SAN_CFLAGS -I"$src/include" -o "$prog/clash" "$prog/clash.c" \
+${CC:-cc} -std=c11 $TS_SAN_CFLAGS -I"$PWD/include" -I"$src/include" -o "$prog/clash" "$prog/clash.c" \
 	"$archive" $(pkg-config --libs liburcu-bp liburcu-cds) -pthread
 "$prog/clash"
 echo "symbols: $archive defines only ts_ names; a program defining skip_insert & co links statically"

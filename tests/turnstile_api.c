@@ -24,6 +24,34 @@ Test(turnstile_api, double_return_and_unissued_return_change_nothing)
 	ts_turnstile_free(t);
 }
 
+/* A second COPY of a returned pass is a caller error; it is caught when
+ * every pass is already free, so it cannot raise the ceiling — on the
+ * inlined fast path, the library's exported one (the _noinline build), and
+ * the locked path (a turnstile resized to ceiling 0). */
+Test(turnstile_api, returning_a_copy_of_a_returned_pass_never_raises_the_ceiling)
+{
+	ts_turnstile *t = ts_turnstile_new(2);
+	ts_pass p, q, copy;
+
+	cr_assert_eq(ts_turnstile_wait(t, &claim, 0, NULL, &p), 0);
+	cr_assert_eq(ts_turnstile_wait(t, &claim, 0, NULL, &q), 0);
+	copy = p;
+	ts_pass_return(&p);
+	ts_pass_return(&copy); /* q is still held: this one cannot be told apart */
+	ts_pass_return(&q);
+	cr_assert_eq(available(t), 2);
+	cr_assert_eq(ts_turnstile_wait(t, &claim, 0, NULL, &p), 0);
+	copy = p;
+	ts_pass_return(&p);
+	ts_pass_return(&copy);
+	cr_assert_eq(available(t), 2, "a copy returned with every pass free raised the ceiling");
+	cr_assert_eq(ts_turnstile_resize(t, 0), 0);
+	cr_assert_eq(ts_turnstile_wait(t, &claim, in_ms(1), NULL, &q), ETIMEDOUT);
+	ts_pass_return(&copy); /* the locked path: nobody holds a pass of 0 */
+	cr_assert_eq(available(t), 0);
+	ts_turnstile_free(t);
+}
+
 Test(turnstile_api, deadline_now_takes_a_free_pass_or_times_out_at_once)
 {
 	ts_turnstile *t = ts_turnstile_new(1);

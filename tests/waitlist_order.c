@@ -50,25 +50,32 @@ Test(waitlist_order, ready_items_are_reused_last_in_first_out)
 
 /* A created item goes to the oldest taker: here an earlier taker, not its
  * maker. */
-Test(waitlist_order, a_created_item_goes_to_the_oldest_taker)
+Test(waitlist_order, a_loader_keeps_its_item_and_idle_takers_follow_in_order)
 {
-	ts_waitlist *w = ts_waitlist_new(2, 0);
-	void *held;
+	ts_waitlist *w = ts_waitlist_new(1, 0);
 
 	atomic_store(&n_took, 0);
 	atomic_store(&release_load, 0);
-	cr_assert_eq(ts_waitlist_take(w, &held, counting_load, NULL, 0, NULL), 0);
-	/* taker 0 makes item A (slow); taker 1 finds no slot and waits */
+	atomic_store(&in_load, 0);
+	/* taker 0 makes item A (slow); takers 1 and 2 find no slot and wait */
 	start_taker(0, w, blocked_load, (void *)0xA, 1);
+	WAIT_FOR(atomic_load(&in_load));
 	start_taker(1, w, blocked_load, (void *)0xB, 2);
-	cr_assert(ts_waitlist_put(w, held)); /* reaches taker 0, the oldest */
-	WAIT_FOR(atomic_load(&n_took) == 0 && list_waiting(w) == 1);
+	start_taker(2, w, blocked_load, (void *)0xC, 3);
 	atomic_store(&release_load, 1);
-	/* taker 0 returns the put item; its made item A goes to taker 1 */
+	/* nobody idle is older than the loader: it keeps A; 1 and 2 wait on */
 	join_bounded(takers[0].th);
+	cr_assert_eq(takers[0].item, (void *)0xA);
+	cr_assert_eq(list_waiting(w), 2);
+	cr_assert(ts_waitlist_put(w, takers[0].item));
 	join_bounded(takers[1].th);
-	cr_assert_eq(takers[0].item, held);
 	cr_assert_eq(takers[1].item, (void *)0xA);
-	cr_assert_eq(list_created(w), 2);
+	cr_assert(ts_waitlist_put(w, takers[1].item));
+	join_bounded(takers[2].th);
+	cr_assert_eq(takers[2].item, (void *)0xA);
+	cr_assert_eq(took_log[0], 0);
+	cr_assert_eq(took_log[1], 1);
+	cr_assert_eq(took_log[2], 2);
+	cr_assert_eq(list_created(w), 1);
 	ts_waitlist_free(w);
 }

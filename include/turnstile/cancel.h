@@ -3,21 +3,25 @@
  *
  * A cancel token ends every wait that was given it: firing it from any thread
  * wakes each such wait, which then returns ECANCELED (unless it was granted
- * first).  A wait that starts on an already-fired token fails at once, even
- * when a pass or item is free: a caller that gave up must not take a resource.
+ * first).  A turnstile wait that starts on an already-fired token fails at
+ * once, even when a pass is free: a caller that gave up must not take a
+ * resource.  A waitlist take still returns an item that is READY (it
+ * checks the token only when nothing is, and then fails without loading).
  */
 #ifndef TURNSTILE_CANCEL_H
 #define TURNSTILE_CANCEL_H
 
 #include <turnstile/common.h>
 
+TS_BEGIN_DECLS
+
 struct ts_waiter_;
 
 /* Complete so that it may live on the stack or inside another struct; its
  * members are private. */
 typedef struct ts_cancel {
-	_Atomic int private_fired;
-	_Atomic int private_lock;
+	TS_PRIVATE_ATOMIC(uint32_t) private_fired; /* 0, or firing (1), or fired (2) */
+	TS_PRIVATE_ATOMIC(uint32_t) private_lock;
 	struct ts_waiter_ *private_waiters; /* waits parked on this token */
 } ts_cancel;
 
@@ -36,8 +40,13 @@ TS_API void ts_cancel_fire(ts_cancel *c);
 /* ts_cancel_fired - whether @c has been fired.  Thread-safe.  NULL: false. */
 TS_API bool ts_cancel_fired(const ts_cancel *c);
 
-/* ts_cancel_destroy - end @c's life.  No wait may still be using it; the
- * token holds no resources, so this only checks that in debug builds. */
+/* ts_cancel_destroy - end @c's life.  No wait may still be using it.  It
+ * may run while a ts_cancel_fire of @c on another thread has not returned
+ * yet (the waits it ended may return first): it then waits until that fire
+ * no longer touches the token, so @c may be freed when this returns.
+ * NULL: no-op. */
 TS_API void ts_cancel_destroy(ts_cancel *c);
+
+TS_END_DECLS
 
 #endif

@@ -7,7 +7,7 @@
  * gcc or clang inline these paths, and the library still exports
  * ts_turnstile_wait and ts_pass_return (identical behaviour) for everyone
  * else.  Define TS_NO_INLINE before including to call the library instead
- * (the tests do both).
+ * (the tests do both).  C++ always calls the library.
  *
  * ABI: the state word is the first member of every turnstile and its
  * encoding below is frozen for the library's major version (see the
@@ -27,6 +27,25 @@
 #ifndef TURNSTILE_FASTPATH_H
 #define TURNSTILE_FASTPATH_H
 
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <turnstile/common.h>
+#include <turnstile/cancel.h>
+#include <turnstile/turnstile.h>
+
+TS_BEGIN_DECLS
+
+/* The locked paths, exported for the inlined fast paths only. */
+TS_API int ts_private_wait_slow(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
+				ts_cancel *cancel, ts_pass *pass);
+TS_API void ts_private_return_slow(ts_turnstile *t);
+
+TS_END_DECLS
+
+/* C++ (before C++23) has no <stdatomic.h>: it calls the exported
+ * functions, which run the same bodies. */
+#ifndef __cplusplus
 #include <errno.h>
 #include <stdatomic.h>
 
@@ -47,30 +66,33 @@
 #define TS_PRIVATE_WORD_CLOSED ((uint64_t)2)
 #define TS_PRIVATE_WORD_UNIT ((uint64_t)4)
 
+/* The turnstile's first cache line, as the fast paths see it.  The ceiling
+ * is kept in units (ceiling << 2), so that "available < ceiling" is one
+ * signed compare with the word when WAITERS is clear (CLOSED adds 2, below
+ * one unit).  Written only under the lock, by resize. */
 struct ts_private_turnstile_head {
 	_Atomic uint64_t word;
+	_Atomic int64_t ceiling_units;
 };
 
-/* The locked paths, exported for the inlined fast paths only. */
-TS_API int ts_private_wait_slow(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
-				ts_cancel *cancel, ts_pass *pass);
-TS_API void ts_private_return_slow(ts_turnstile *t);
-
-TS_PRIVATE_HELPER _Atomic uint64_t *ts_private_word(ts_turnstile *t)
+TS_PRIVATE_HELPER struct ts_private_turnstile_head *ts_private_head(ts_turnstile *t)
 {
-	return &((struct ts_private_turnstile_head *)(void *)t)->word;
+	return (struct ts_private_turnstile_head *)(void *)t;
 }
 
 /* Take a free pass without the lock: only when nobody is queued, the
  * turnstile is open and @cancel has not fired.  false: take the slow path,
- * which also sorts out the closed / cancelled precedence. */
+ * which also sorts out the closed / cancelled precedence.  Acquire: the
+ * pass carries everything its last holder wrote before returning it. */
 TS_PRIVATE_HELPER bool ts_private_take_fast(ts_turnstile *t, const ts_cancel *cancel,
 					ts_pass *pass)
 {
+	_Atomic uint64_t *word = &ts_private_head(t)->word;
+	uint64_t w;
+
 	if (cancel && atomic_load_explicit(&cancel->private_fired, memory_order_seq_cst))
 		return false;
-	_Atomic uint64_t *word = ts_private_word(t);
-	uint64_t w = atomic_load_explicit(word, memory_order_relaxed);
+	w = atomic_load_explicit(word, memory_order_relaxed);
 	/* with both flag bits clear, w >= one unit is available > 0 */
 	while (!(w & (TS_PRIVATE_WORD_WAITERS | TS_PRIVATE_WORD_CLOSED)) &&
 	       (int64_t)w >= (int64_t)TS_PRIVATE_WORD_UNIT) {
@@ -85,12 +107,18 @@ TS_PRIVATE_HELPER bool ts_private_take_fast(ts_turnstile *t, const ts_cancel *ca
 	return false;
 }
 
-/* Give a pass back without the lock when nobody is queued. */
+/* Give a pass back without the lock when nobody is queued and not every
+ * pass is free already (a second copy of a returned pass goes to the slow
+ * path, which ignores it).  Release: the next holder, whichever path hands
+ * it the pass, acquires this word. */
 TS_PRIVATE_HELPER bool ts_private_give_back_fast(ts_turnstile *t)
 {
-	_Atomic uint64_t *word = ts_private_word(t);
-	uint64_t w = atomic_load_explicit(word, memory_order_relaxed);
-	while (!(w & TS_PRIVATE_WORD_WAITERS))
+	struct ts_private_turnstile_head *head = ts_private_head(t);
+	uint64_t w = atomic_load_explicit(&head->word, memory_order_relaxed);
+	int64_t ceiling_units = atomic_load_explicit(&head->ceiling_units, memory_order_relaxed);
+	_Atomic uint64_t *word = &head->word;
+
+	while (!(w & TS_PRIVATE_WORD_WAITERS) && (int64_t)w < ceiling_units)
 		if (atomic_compare_exchange_weak_explicit(word, &w, w + TS_PRIVATE_WORD_UNIT,
 							  memory_order_release,
 							  memory_order_relaxed))
@@ -113,9 +141,10 @@ TS_PRIVATE_HELPER bool ts_private_give_back_fast(ts_turnstile *t)
 	return ts_private_wait_slow(t, claim, deadline_ns, cancel, pass);
 
 #define TS_PRIVATE_RETURN_BODY                                                \
+	ts_turnstile *t;                                                      \
 	if (!p || !p->private_turnstile)                                      \
 		return;                                                       \
-	ts_turnstile *t = p->private_turnstile;                               \
+	t = p->private_turnstile;                                             \
 	p->private_turnstile = NULL; /* unissued now: waited_ns is ignored */ \
 	if (!ts_private_give_back_fast(t))                                    \
 		ts_private_return_slow(t);
@@ -132,5 +161,7 @@ TS_PRIVATE_INLINE void ts_pass_return(ts_pass *p)
 	TS_PRIVATE_RETURN_BODY
 }
 #endif
+
+#endif /* !__cplusplus */
 
 #endif

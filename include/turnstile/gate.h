@@ -14,6 +14,8 @@
 #include <turnstile/job.h>
 #include <turnstile/set.h>
 
+TS_BEGIN_DECLS
+
 /* Small, returned by value; members are private. */
 typedef struct ts_gate {
 	ts_set *private_set;
@@ -29,9 +31,11 @@ TS_API ts_gate ts_set_gate(ts_set *s, int priority);
  * Returns false only when the set is closed — checked before waiting (a
  * closed set admits nobody) and after (a close is what released the
  * caller: stop); *pass is then unissued.  On an expired deadline, a fired
- * cancel or an unsized shard it returns true with the unissued pass
+ * cancel, a negative or unsized shard it returns true with the unissued pass
  * (proceed unordered).  NULL @g, @job or @pass: false.  Thread-safe for
  * distinct jobs. */
 TS_API bool ts_gate_acquire(const ts_gate *g, ts_job *job, int shard, ts_pass *pass);
+
+TS_END_DECLS
 
 #endif

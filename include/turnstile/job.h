@@ -16,9 +16,11 @@
 #include <turnstile/set.h>
 #include <turnstile/turnstile.h>
 
+TS_BEGIN_DECLS
+
 typedef struct ts_job {
 	ts_set *private_set;
-	_Atomic(ts_turnstile *) private_turnstile; /* lookup cache, or NULL */
+	TS_PRIVATE_ATOMIC(ts_turnstile *) private_turnstile; /* lookup cache, or NULL */
 	int private_shard;                         /* < 0: no turnstile */
 	bool private_stamped;
 	ts_claim private_claim;
@@ -58,9 +60,22 @@ TS_API ts_claim ts_job_claim(const ts_job *job);
  * turn on a shard (which caches the lookup in the job). */
 TS_API ts_pass ts_wait_turn(ts_job *job);
 
+/* ts_wait_turn_strict - ts_wait_turn for callers that shed load: the same
+ * wait, but a refusal is returned instead of letting the caller through.
+ * 0: *pass is issued, or unissued when nothing orders the job (never
+ * prioritized, negative shard, shard without a turnstile); ETIMEDOUT: the
+ * job's deadline passed; ECANCELED: its cancel token fired; ESHUTDOWN: the
+ * turnstile is closed; EINVAL: @job or @pass NULL.  *pass is unissued
+ * whenever the result is not 0.  Thread-safe as ts_wait_turn. */
+TS_API int ts_wait_turn_strict(ts_job *job, ts_pass *pass);
+
 /* Private: the locked and first-turn paths of ts_wait_turn, exported for
  * its inlined fast path only (see turnstile/fastpath.h). */
 TS_API ts_pass ts_private_wait_turn_slow(ts_job *job);
+
+TS_END_DECLS
+
+#ifndef __cplusplus
 
 /* The turnstile is cached in the job after its first turn on a shard, so
  * the common case is the turnstile's own lock-free fast path. */
@@ -68,7 +83,7 @@ TS_API ts_pass ts_private_wait_turn_slow(ts_job *job);
 	ts_pass pass = TS_PASS_NONE;                                          \
 	if (job) {                                                            \
 		ts_turnstile *t = atomic_load_explicit(&job->private_turnstile, \
-						       memory_order_relaxed); \
+						       memory_order_acquire); \
 		if (t && ts_private_take_fast(t, job->private_cancel, &pass)) \
 			return pass;                                          \
 	}                                                                     \
@@ -80,5 +95,7 @@ TS_PRIVATE_INLINE ts_pass ts_wait_turn(ts_job *job)
 	TS_PRIVATE_WAIT_TURN_BODY
 }
 #endif
+
+#endif /* !__cplusplus */
 
 #endif

@@ -14,6 +14,8 @@
 #include <turnstile/common.h>
 #include <turnstile/turnstile.h>
 
+TS_BEGIN_DECLS
+
 typedef struct ts_set ts_set;
 
 /* ts_set_new - an empty set: no shard admits anything through it until
@@ -21,7 +23,11 @@ typedef struct ts_set ts_set;
 TS_API ts_set *ts_set_new(void);
 
 /* ts_set_free - destroy @s and its turnstiles.  Nobody may be waiting on
- * it, hold one of its passes, or use a job pointed at it.  NULL: no-op. */
+ * it, hold one of its passes, or use a job pointed at it; as for a
+ * turnstile, free after the last return is safe even while a releasing
+ * thread is still inside its call.  A child of fork() may free a set it
+ * inherited that no thread was using at the fork (the library installs
+ * liburcu's fork hooks itself).  NULL: no-op. */
 TS_API void ts_set_free(ts_set *s);
 
 /* ts_set_resize - set @shard's ceiling, creating its turnstile on first
@@ -38,8 +44,9 @@ TS_API int ts_set_resize(ts_set *s, int shard, int64_t concurrency);
 TS_API ts_turnstile *ts_set_turnstile(ts_set *s, int shard);
 
 /* ts_set_close - close every turnstile of @s (their waiters get
- * ESHUTDOWN; ts_wait_turn then lets callers through unordered) and refuse
- * later resizes.  Idempotent, thread-safe.  NULL: no-op. */
+ * ESHUTDOWN; ts_wait_turn then lets callers through unordered and
+ * ts_wait_turn_strict returns ESHUTDOWN) and refuse later resizes.
+ * Idempotent, thread-safe.  NULL: no-op. */
 TS_API void ts_set_close(ts_set *s);
 
 /* ts_set_closed - whether @s is closed: the question a caller whose job is
@@ -55,5 +62,7 @@ TS_API void ts_set_snapshot(ts_set *s,
 			    void (*each)(int shard, int64_t available,
 					 int64_t waiting, void *arg),
 			    void *arg);
+
+TS_END_DECLS
 
 #endif

@@ -18,6 +18,8 @@
 #include <turnstile/common.h>
 #include <turnstile/cancel.h>
 
+TS_BEGIN_DECLS
+
 typedef struct ts_turnstile ts_turnstile;
 
 /* What a waiter is ordered by.  since_ns is when its JOB began (ts_now_ns
@@ -47,7 +49,10 @@ typedef struct ts_pass {
 TS_API ts_turnstile *ts_turnstile_new(int64_t concurrency);
 
 /* ts_turnstile_free - destroy @t.  Nobody may be waiting on it or hold one
- * of its passes.  NULL: no-op. */
+ * of its passes.  Free after the last return is safe (as for POSIX
+ * semaphores): once every wait has returned and every pass is back, @t may
+ * be freed even while the thread that granted, resized or closed is still
+ * inside that call.  NULL: no-op. */
 TS_API void ts_turnstile_free(ts_turnstile *t);
 
 /* ts_turnstile_wait - take a pass for @claim, waiting while none is free.
@@ -90,8 +95,12 @@ TS_API void ts_turnstile_snapshot(const ts_turnstile *t, int64_t *available,
 
 /* ts_pass_return - hand @p back, admitting the best waiter.  Afterwards @p is
  * unissued; returning it again, or returning TS_PASS_NONE, is a no-op.
- * Returning two COPIES of one pass is a caller error that inflates the
- * ceiling: keep one copy.  Thread-safe (for distinct passes).  NULL: no-op. */
+ * Returning two COPIES of one pass is a caller error: keep one copy.  It is
+ * caught where that is cheap — a return while every pass is already free
+ * is ignored, so the ceiling is never raised — but while other passes are
+ * held a copy's return cannot be told from theirs.  A pass carries
+ * happens-before to its next holder, as a mutex does.  Thread-safe (for
+ * distinct passes).  NULL: no-op. */
 TS_API void ts_pass_return(ts_pass *p);
 
 /* ts_pass_issued - whether @p holds an issued turn.  NULL: false. */
@@ -100,6 +109,8 @@ TS_API bool ts_pass_issued(const ts_pass *p);
 /* ts_pass_waited_ns - how long the holder queued for @p, from joining the
  * queue to the grant; 0 when it did not queue or @p is unissued/NULL. */
 TS_API int64_t ts_pass_waited_ns(const ts_pass *p);
+
+TS_END_DECLS
 
 #include <turnstile/fastpath.h>
 

@@ -19,6 +19,8 @@
 #include <turnstile/common.h>
 #include <turnstile/cancel.h>
 
+TS_BEGIN_DECLS
+
 typedef struct ts_waitlist ts_waitlist;
 
 /* Creates one item: 0 and *item, or a positive errno value (the item is
@@ -30,9 +32,10 @@ typedef int (*ts_load_fn)(void *arg, void **item);
  * NULL with errno ENOMEM. */
 TS_API ts_waitlist *ts_waitlist_new(size_t max_items, size_t max_waiters);
 
-/* ts_waitlist_free - destroy @w.  Nobody may be inside.  Items still ready
- * are NOT destroyed: drain them first (ts_waitlist_try_take) if they own
- * resources.  NULL: no-op. */
+/* ts_waitlist_free - destroy @w.  Nobody may be inside; free after the last
+ * return is safe, even while the thread that put, discarded or closed is
+ * still inside that call.  Items still ready are NOT destroyed: drain them
+ * first (ts_waitlist_try_take) if they own resources.  NULL: no-op. */
 TS_API void ts_waitlist_free(ts_waitlist *w);
 
 /* ts_waitlist_take - get an item into *item.
@@ -42,16 +45,17 @@ TS_API void ts_waitlist_free(ts_waitlist *w);
  * fired (ECANCELED); else @deadline_ns passed (ETIMEDOUT) — neither calls
  * @load; else @max_waiters already waiting (EAGAIN); else the caller joins
  * the FIFO queue and, if fewer than @max_items exist, creates one with
- * @load(@load_arg) on its own thread outside every lock.  A created item is
- * handed out in FIFO order: to the longest waiter, which may be the caller.
- * While queued the caller may be handed an item (0), time out (ETIMEDOUT),
- * be cancelled (ECANCELED), be closed out (ESHUTDOWN), or be given a
- * creation slot freed by a failed load or a discard (then it loads).
- * A failed load returns its own error to the caller that ran it, unless an
- * item reached that caller meanwhile (then 0); a loader whose pool closes
- * keeps the item it made (0).  @load NULL: items are NULL tokens.
+ * @load(@load_arg) on its own thread outside every lock.  Items go to the
+ * oldest taker that is NOT loading (a loader could not use one before its
+ * load returns); a loader keeps the item it made, since every taker queued
+ * ahead of it is loading too.  While queued the caller may be handed an
+ * item (0), time out (ETIMEDOUT), be cancelled (ECANCELED), be closed out
+ * (ESHUTDOWN), or be given a creation slot freed by a failed load or a
+ * discard (then it loads).  A failed load returns its own error to the
+ * caller that ran it and frees its slot; a loader whose pool closes keeps
+ * the item it made (0).  @load NULL: items are NULL tokens.
  * EINVAL: @w or @item NULL.  *item is NULL unless 0 is returned.
- * Thread-safe; no allocation on the wait path (the ready stack may grow). */
+ * Thread-safe; no allocation (only put may grow the ready stack). */
 TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
 			    void *load_arg, int64_t deadline_ns, ts_cancel *cancel);
 
@@ -59,15 +63,17 @@ TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
  * Never creates or waits.  NULL @w or @item: false. */
 TS_API bool ts_waitlist_try_take(ts_waitlist *w, void **item);
 
-/* ts_waitlist_put - hand @item back: to the longest waiter if any, else
- * onto the ready stack.  false when closed (or out of memory growing the
- * stack): the caller keeps @item.  Thread-safe; never blocks.  NULL @w:
- * false. */
+/* ts_waitlist_put - hand @item back: to the oldest taker that is not
+ * loading, if any, else onto the ready stack (which it may grow, outside
+ * the pool's lock).  false when closed, or when the stack could not grow
+ * (out of memory; nobody was waiting for the item): the caller keeps
+ * @item.  Thread-safe; never blocks.  NULL @w: false. */
 TS_API bool ts_waitlist_put(ts_waitlist *w, void *item);
 
 /* ts_waitlist_discard - the caller destroyed an item it held (a broken
- * connection): its creation slot is freed and goes to the longest waiter,
- * which then creates a replacement.  Thread-safe.  NULL: no-op. */
+ * connection): its creation slot is freed and goes to the oldest taker
+ * without one, which then creates a replacement.  Thread-safe.  NULL:
+ * no-op. */
 TS_API void ts_waitlist_discard(ts_waitlist *w);
 
 /* ts_waitlist_close - wake every waiter with ESHUTDOWN; later puts return
@@ -80,5 +86,26 @@ TS_API void ts_waitlist_close(ts_waitlist *w);
  * may be NULL.  Thread-safe.  NULL @w: zeros. */
 TS_API void ts_waitlist_stats(const ts_waitlist *w, size_t *created, size_t *ready,
 			      size_t *waiting);
+
+/* Events since the pool was made, for metrics and alerts.  Every counter
+ * only grows. */
+typedef struct ts_waitlist_counters {
+	uint64_t loads;         /* loads that returned an item */
+	uint64_t load_failures; /* loads that returned an error */
+	int last_load_error;    /* the latest failed load's error; 0: none yet */
+	uint64_t discards;      /* ts_waitlist_discard calls that gave a slot back */
+	uint64_t timeouts;      /* takes that ended ETIMEDOUT */
+	uint64_t cancels;       /* takes that ended ECANCELED */
+	uint64_t rejected;      /* takes refused EAGAIN (waiter cap) */
+} ts_waitlist_counters;
+
+/* ts_waitlist_read_counters - copy @w's counters into *@out, consistent
+ * with one another, without stopping the pool (it holds the pool's lock for
+ * the copy): failed loads and their last error, discards, timeouts,
+ * cancels and refusals, for metrics and alerts beside ts_waitlist_stats.
+ * Thread-safe.  NULL @w: zeros; NULL @out: no-op. */
+TS_API void ts_waitlist_read_counters(const ts_waitlist *w, ts_waitlist_counters *out);
+
+TS_END_DECLS
 
 #endif

@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/* What each result of the library means, in the library's words. */
+#include <turnstile/common.h>
+
+#include <errno.h>
+#include <string.h>
+
+TS_API const char *ts_strerror(int err)
+{
+	switch (err) {
+	case 0:
+		return "success";
+	case EINVAL:
+		return "invalid argument: a required object is NULL or a value is out of range";
+	case ENOMEM:
+		return "out of memory";
+	case ETIMEDOUT:
+		return "deadline passed before a pass or item was granted";
+	case ECANCELED:
+		return "cancel token fired before a pass or item was granted";
+	case ESHUTDOWN:
+		return "closed: the turnstile, set or waitlist was closed";
+	case EAGAIN:
+		return "too many waiters: the waitlist's waiter cap is reached";
+	case EBUSY:
+		return "busy: still in use";
+	case EINPROGRESS:
+		return "queued: the outcome is delivered later";
+	case ENOENT:
+		return "not pending: nothing to withdraw";
+	case EALREADY:
+		return "already completed";
+	default: {
+		/* Any other value is a load function's own error.  strerrordesc_np
+		 * is thread-safe (strerror need not be); NULL when unknown. */
+		const char *d = err > 0 ? strerrordesc_np(err) : NULL;
+		return d ? d : "unknown error";
+	}
+	}
+}

@@ -1,0 +1,197 @@
+/* SPDX-License-Identifier: MIT */
+/* fork() without exec, as pre-fork daemons and daemon(3) do: the child may
+ * create, use and free new objects and free inherited idle ones (DESIGN.md,
+ * "Lifetimes, fork and C++").  liburcu's hash table runs resizes on a
+ * worker thread that the child does not have; without the fork hooks the
+ * library installs, ts_set_free in the child hangs for ever.
+ *
+ * A plain program, not Criterion (which runs tests in forked workers of
+ * its own).  Every child runs under a deadline: the parent polls waitpid
+ * and kills a child that has not finished, so a hang is a failure. */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <turnstile.h>
+
+#define CHILD_PATIENCE_NS ((int64_t)30 * 1000000000)
+
+static int failures;
+
+#define CHECK(cond)                                                                 \
+	do {                                                                        \
+		if (!(cond)) {                                                      \
+			fprintf(stderr, "fork_child.c:%d: %s\n", __LINE__, #cond);  \
+			return 1;                                                   \
+		}                                                                   \
+	} while (0)
+
+/* Size @n shards (ids spread out, so the table grows and resizes), then
+ * resize each again. */
+static int fill_set(ts_set *s, int n)
+{
+	for (int i = 0; i < n; i++)
+		CHECK(ts_set_resize(s, i * 7919, 2) == 0);
+	for (int i = 0; i < n; i++)
+		CHECK(ts_set_resize(s, i * 7919, 3) == 0);
+	return 0;
+}
+
+/* Create, use and free a new set, turnstile and waitlist. */
+static int use_new_objects(int shards)
+{
+	ts_set *s = ts_set_new();
+	CHECK(s);
+	CHECK(fill_set(s, shards) == 0);
+	ts_job job = TS_JOB_INIT;
+	ts_set_prioritize(s, &job, 0, 0);
+	ts_pass pass = ts_wait_turn(&job);
+	CHECK(shards == 0 || ts_pass_issued(&pass));
+	ts_pass_return(&pass);
+	ts_set_free(s);
+
+	ts_turnstile *t = ts_turnstile_new(1);
+	ts_claim claim = { 0, ts_now_ns(), 1 };
+	CHECK(t && ts_turnstile_wait(t, &claim, TS_DEADLINE_NOW, NULL, &pass) == 0);
+	ts_pass_return(&pass);
+	ts_turnstile_free(t);
+
+	ts_waitlist *w = ts_waitlist_new(1, 0);
+	void *item;
+	CHECK(w && ts_waitlist_take(w, &item, NULL, NULL, 0, NULL) == 0);
+	CHECK(ts_waitlist_put(w, item));
+	ts_waitlist_free(w);
+	return 0;
+}
+
+struct inherited {
+	ts_set *set;
+	ts_turnstile *turnstile;
+	ts_waitlist *waitlist;
+};
+
+/* Fork; the child runs @body and exits with its result.  The parent waits
+ * for it under CHILD_PATIENCE_NS.  Returns 0 when the child succeeded. */
+static int in_child(const char *what, int (*body)(void *), void *arg)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0) {
+		perror("fork");
+		return 1;
+	}
+	if (pid == 0)
+		_exit(body(arg));
+	int64_t end = ts_now_ns() + CHILD_PATIENCE_NS;
+	int status;
+	for (;;) {
+		pid_t r = waitpid(pid, &status, WNOHANG);
+		if (r == pid)
+			break;
+		if (r < 0 && errno != EINTR) {
+			perror("waitpid");
+			return 1;
+		}
+		if (ts_now_ns() > end) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			fprintf(stderr, "fork_child: %s: the child hung\n", what);
+			return 1;
+		}
+		usleep(1000); /* polling a child process: nothing to wait on */
+	}
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		fprintf(stderr, "fork_child: %s: the child failed (status %d)\n", what, status);
+		return 1;
+	}
+	return 0;
+}
+
+static int child_frees_inherited_and_makes_new(void *p)
+{
+	struct inherited *in = p;
+	ts_set_free(in->set);
+	ts_turnstile_free(in->turnstile);
+	ts_waitlist_free(in->waitlist);
+	return use_new_objects(3000);
+}
+
+static int child_makes_new(void *p)
+{
+	return use_new_objects(*(int *)p);
+}
+
+static void expect(int ok_is_zero, const char *what)
+{
+	if (ok_is_zero) {
+		failures++;
+		fprintf(stderr, "fork_child: FAIL %s\n", what);
+	} else {
+		printf("fork_child: ok %s\n", what);
+	}
+}
+
+/* A thread that keeps growing a set (so its table resizes) while the
+ * parent forks. */
+static atomic_bool stop_resizing;
+static void *resizer_main(void *p)
+{
+	for (int round = 0; !atomic_load(&stop_resizing); round++) {
+		ts_set *s = ts_set_new();
+		for (int i = 0; i < 4000 && !atomic_load(&stop_resizing); i++)
+			ts_set_resize(s, i * 104729 + round, 1);
+		ts_set_free(s);
+	}
+	return p;
+}
+
+int main(void)
+{
+	static const int sizes[] = { 0, 1, 5000 };
+
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		struct inherited in = { ts_set_new(), ts_turnstile_new(2), ts_waitlist_new(2, 0) };
+		char what[96];
+		void *item;
+		if (!in.set || !in.turnstile || !in.waitlist || fill_set(in.set, sizes[k]) ||
+		    ts_waitlist_take(in.waitlist, &item, NULL, NULL, 0, NULL) ||
+		    !ts_waitlist_put(in.waitlist, item)) {
+			fprintf(stderr, "fork_child: parent set-up failed\n");
+			return 1;
+		}
+		snprintf(what, sizeof(what), "child of a parent with %d shards frees what it inherited and makes new",
+			 sizes[k]);
+		expect(in_child(what, child_frees_inherited_and_makes_new, &in), what);
+		/* the parent goes on using its set after the fork */
+		snprintf(what, sizeof(what), "parent with %d shards keeps working after the fork", sizes[k]);
+		expect(fill_set(in.set, sizes[k] + 100) != 0, what);
+		ts_set_free(in.set);
+		ts_turnstile_free(in.turnstile);
+		ts_waitlist_free(in.waitlist);
+	}
+
+	int shards = 2000, bad = 0;
+	for (int i = 0; i < 100; i++)
+		bad += in_child("one of 100 forks in a row", child_makes_new, &shards) != 0;
+	expect(bad, "100 forks in a row, each child makes and frees a set of 2000 shards");
+
+	pthread_t resizer;
+	if (pthread_create(&resizer, NULL, resizer_main, NULL)) {
+		perror("pthread_create");
+		return 1;
+	}
+	bad = 0;
+	for (int i = 0; i < 20; i++)
+		bad += in_child("fork while another thread resizes", child_makes_new, &shards) != 0;
+	atomic_store(&stop_resizing, true);
+	pthread_join(resizer, NULL);
+	expect(bad, "20 forks while another thread grows a set");
+
+	printf("fork_child: %s\n", failures ? "FAILED" : "every child finished");
+	return failures != 0;
+}
