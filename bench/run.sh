@@ -48,6 +48,18 @@ echo "|---|---:|---:|---:|---:|"
 join -t, <(tail -n +2 "$results/uncontended.csv" | sort) \
 	<(tail -n +2 "$results/uncontended_instructions.csv" | sort) |
 	awk -F, '{ printf "| %s | %.1f | %.1f–%.1f | %.2f | %.0f |\n", $1, $2, $3, $4, $5, $8 }'
+# The ABI trade (README, "Versions and the ABI"): the same loops calling the
+# library's exported functions instead of the inlined fast paths.
+noinline=""
+for impl in turnstile job; do
+	out=$(mktemp)
+	valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
+		./bench/uncontended_noinline --count $impl --iters $count_iters >/dev/null 2>&1
+	noinline="$noinline$(awk -v n=$count_iters -v i=$impl '/^totals:/ { printf " %s %.0f,", i, $2 / n }' "$out")"
+	rm -f "$out"
+done
+echo
+echo "Built with -DTS_NO_INLINE (calls into the library, as C++ callers do), instructions/op:${noinline%,}."
 
 # 2-6. the threaded scenarios
 echo "scenario,config,impl,metric,median,min,max,ratio,repeats" > "$csv"

@@ -62,7 +62,7 @@ TS_API void ts_cancel_fire(ts_cancel *c)
 							   CANCEL_FIRING, memory_order_seq_cst,
 							   memory_order_relaxed))
 		return;
-	TS_FAULT(); /* window: fired, waiters not yet nudged */
+	ts_hook_at(TS_HOOK_FIRING, c); /* window: fired, waiters not yet nudged */
 	while (nudge_batch(c))
 		;
 	TS_FAULT(); /* window: every waiter nudged, destroyer still held off */

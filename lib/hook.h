@@ -20,6 +20,16 @@ enum ts_hook_point {
 	TS_HOOK_LOADED,
 	/* a parked waiter's futex_wait returned (obj: its futex word) */
 	TS_HOOK_WOKEN,
+	/* a call that granted a waiter (return, resize, close, put, discard)
+	 * is about to unlock (obj: its turnstile or waitlist): the window in
+	 * which a waiter that saw its grant must not free the object yet */
+	TS_HOOK_UNLOCKING,
+	/* a grant was just published to a waiter, under its queue's lock
+	 * (obj: the waiter's futex word) */
+	TS_HOOK_GRANTED,
+	/* ts_cancel_fire set the flag and has not nudged anyone yet (obj: the
+	 * token): a waiter may already see the flag and return */
+	TS_HOOK_FIRING,
 };
 
 typedef void (*ts_hook_fn)(enum ts_hook_point point, void *obj);

@@ -96,6 +96,7 @@ static void unlock_and_wake(ts_turnstile *t, struct wakeups *wk, bool more)
 	if (gaps)
 		busy_enter(&t->busy);
 	for (;;) {
+		ts_hook_at(TS_HOOK_UNLOCKING, t);
 		spin_unlock(&t->lock); /* without gaps, the last touch of t */
 		wakeups_flush(wk);
 		if (!more)
@@ -324,6 +325,7 @@ TS_API void ts_turnstile_close(ts_turnstile *t)
 			atomic_fetch_and_explicit(&t->word, ~WORD_WAITERS, memory_order_acq_rel);
 		else if (!gaps++)
 			busy_enter(&t->busy);
+		ts_hook_at(TS_HOOK_UNLOCKING, t);
 		spin_unlock(&t->lock);
 		wakeups_flush(&wk);
 	} while (more);

@@ -80,10 +80,9 @@ int ts_lib_waiter_park(waiter *w, uint32_t wake_at, int64_t deadline_ns,
 static inline _Atomic uint32_t *waiter_grant(waiter *w, uint32_t outcome)
 {
 	_Atomic uint32_t *word = &w->state;
-	if (atomic_exchange_explicit(word, outcome, memory_order_acq_rel) ==
-	    WAITER_SLEEPING)
-		return word;
-	return NULL;
+	uint32_t was = atomic_exchange_explicit(word, outcome, memory_order_acq_rel);
+	ts_hook_at(TS_HOOK_GRANTED, word);
+	return was == WAITER_SLEEPING ? word : NULL;
 }
 
 static inline void waiter_wake(_Atomic uint32_t *word)

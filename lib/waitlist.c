@@ -376,11 +376,12 @@ TS_API bool ts_waitlist_put(ts_waitlist *w, void *item)
 			return false;
 		}
 		struct taker *h = oldest_idle(w);
-		if (h)
+		if (h) {
 			give(w, h, item, &wk);
-		else if (w->n_ready < w->room)
+			ts_hook_at(TS_HOOK_UNLOCKING, w);
+		} else if (w->n_ready < w->room) {
 			w->ready[w->n_ready++] = item;
-		else {
+		} else {
 			size_t need = w->n_ready + 1;
 			spin_unlock(&w->lock);
 			if (!grow_ready(w, need))
@@ -406,6 +407,7 @@ TS_API void ts_waitlist_discard(ts_waitlist *w)
 		w->created--;
 		w->counters.discards++;
 		pass_slot(w, &wk);
+		ts_hook_at(TS_HOOK_UNLOCKING, w);
 	}
 	spin_unlock(&w->lock);
 	wakeups_flush(&wk);
@@ -436,6 +438,7 @@ TS_API void ts_waitlist_close(ts_waitlist *w)
 		more = w->head != NULL;
 		if (more && !gaps++)
 			busy_enter(&w->busy);
+		ts_hook_at(TS_HOOK_UNLOCKING, w);
 		spin_unlock(&w->lock);
 		wakeups_flush(&wk);
 	} while (more);

@@ -5,6 +5,7 @@
  * acceptable cost and is documented as a caller error.) */
 #include <errno.h>
 #include <limits.h>
+#include <string.h>
 
 #include "testutil.h"
 
@@ -168,4 +169,26 @@ Test(bad_input, waitlist)
 	cr_assert_eq(c, 0);
 	ts_waitlist_free(NULL);
 	ts_waitlist_free(w);
+}
+
+Test(bad_input, additions_of_0_2)
+{
+	ts_pass p = { (ts_turnstile *)&p, 7 };
+	ts_waitlist_counters c;
+
+	cr_assert_eq(ts_wait_turn_strict(NULL, &p), EINVAL);
+	cr_assert_not(ts_pass_issued(&p), "*pass was left issued on EINVAL");
+	ts_job job = TS_JOB_INIT;
+	cr_assert_eq(ts_wait_turn_strict(&job, NULL), EINVAL);
+	memset(&c, 0xff, sizeof(c));
+	ts_waitlist_read_counters(NULL, &c);
+	cr_assert(c.loads == 0 && c.load_failures == 0 && c.last_load_error == 0 &&
+		  c.discards == 0 && c.timeouts == 0 && c.cancels == 0 && c.rejected == 0);
+	ts_waitlist *w = ts_waitlist_new(1, 0);
+	ts_waitlist_read_counters(w, NULL);
+	ts_waitlist_free(w);
+	cr_assert_not_null(ts_strerror(-5));
+	cr_assert_not_null(ts_strerror(INT_MAX));
+	cr_assert_not_null(ts_strerror(INT_MIN));
+	cr_assert_eq(ts_version(), TS_VERSION_NUMBER);
 }

@@ -36,6 +36,12 @@ libdir=$(pkg-config --variable=libdir turnstile)
 ${CC:-cc} -std=c11 $TS_SAN_CFLAGS -o "$dest/hello" "$dest/hello.c" $(pkg-config --cflags --libs turnstile) \
 	-Wl,-rpath,"$libdir" # pkg-config already prefixes the sysroot
 "$dest/hello"
+# and statically, as the README shows (sanitizer runtimes cannot be static)
+if [ -z "$TS_SAN_CFLAGS" ]; then
+	${CC:-cc} -std=c11 -static -o "$dest/hello-static" "$dest/hello.c" \
+		$(pkg-config --static --cflags --libs turnstile)
+	"$dest/hello-static"
+fi
 for h in man/man3/ts_turnstile_wait.3 man/man3/ts_waitlist.3; do
 	find "$dest" -path "*/share/$h" | grep -q . || { echo "install: $h missing" >&2; exit 1; }
 done

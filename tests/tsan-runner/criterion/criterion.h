@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
 
 void tsr_register(const char *suite, const char *name, void (*fn)(void));
 _Noreturn void tsr_fail(const char *file, int line, const char *what);
@@ -38,6 +39,7 @@ _Noreturn void tsr_fail(const char *file, int line, const char *what);
 #define cr_assert_lt(a, b, ...) TSR_CHECK((a) < (b), #a " < " #b)
 #define cr_assert_leq(a, b, ...) TSR_CHECK((a) <= (b), #a " <= " #b)
 #define cr_assert_gt(a, b, ...) TSR_CHECK((a) > (b), #a " > " #b)
+#define cr_assert_str_eq(a, b, ...) TSR_CHECK(strcmp((a), (b)) == 0, #a " == " #b)
 #define cr_assert_geq(a, b, ...) TSR_CHECK((a) >= (b), #a " >= " #b)
 #define cr_log_info(...) (printf("# "), printf(__VA_ARGS__), printf("\n"))
 
