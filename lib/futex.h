@@ -12,6 +12,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hook.h"
+
 /* Sleep while *word == expected, until woken or until the absolute
  * CLOCK_MONOTONIC deadline (0: none).  Returns 0 or an errno (EAGAIN: the
  * word had changed, ETIMEDOUT, EINTR).  Callers must re-check their
@@ -21,6 +23,7 @@ static inline int futex_wait(_Atomic uint32_t *word, uint32_t expected,
 {
 	struct timespec ts, *tp = NULL;
 
+	TS_CHECK_NO_LOCK_HELD("futex_wait");
 	if (deadline_ns > 0) {
 		ts.tv_sec = deadline_ns / 1000000000;
 		ts.tv_nsec = deadline_ns % 1000000000;
@@ -38,6 +41,7 @@ static inline int futex_wait(_Atomic uint32_t *word, uint32_t expected,
  * tolerates spurious wake-ups. */
 static inline void futex_wake(_Atomic uint32_t *word, int n)
 {
+	TS_CHECK_NO_LOCK_HELD("futex_wake");
 	syscall(SYS_futex, word, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, n, NULL, NULL, 0);
 }
 

@@ -3,11 +3,22 @@
 #include "hook.h"
 
 #include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <stdint.h>
 
 _Atomic(ts_hook_fn) ts_hook;
 
 #ifdef TS_FAULT_INJECTION
+_Thread_local int ts_lib_locks_held;
+
+void ts_lib_lock_held_violation(const char *what)
+{
+	fprintf(stderr, "libturnstile: %s with %d library lock(s) held\n", what,
+		ts_lib_locks_held);
+	abort();
+}
+
 /* One in four windows yields the CPU, one in eight spins ~1-2 us: enough to
  * reorder threads without slowing the stress runs to a crawl. */
 void ts_fault_point(void)

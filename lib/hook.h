@@ -45,6 +45,21 @@ void ts_fault_point(void);
 #define TS_FAULT() ((void)0)
 #endif
 
+/* Nothing slow under a queue lock: in fault-injection builds (the
+ * sanitizer builds of the test suite) each thread counts the library locks
+ * it holds, and every futex system call checks that it holds none, so the
+ * whole suite asserts it on every path.  Nothing in other builds. */
+#ifdef TS_FAULT_INJECTION
+extern _Thread_local int ts_lib_locks_held;
+void ts_lib_lock_held_violation(const char *what);
+#define TS_LOCKS_HELD_ADD(n) (ts_lib_locks_held += (n))
+#define TS_CHECK_NO_LOCK_HELD(what) \
+	(ts_lib_locks_held ? ts_lib_lock_held_violation(what) : (void)0)
+#else
+#define TS_LOCKS_HELD_ADD(n) ((void)0)
+#define TS_CHECK_NO_LOCK_HELD(what) ((void)0)
+#endif
+
 static inline void ts_hook_at(enum ts_hook_point point, void *obj)
 {
 	TS_FAULT();

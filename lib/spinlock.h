@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "futex.h"
+#include "hook.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #define cpu_relax() __builtin_ia32_pause()
@@ -41,13 +42,16 @@ static inline void spin_lock_slow(_Atomic uint32_t *lock)
 		if (s == SPINLOCK_FREE &&
 		    atomic_compare_exchange_weak_explicit(lock, &s, SPINLOCK_HELD,
 							  memory_order_acquire,
-							  memory_order_relaxed))
+							  memory_order_relaxed)) {
+			TS_LOCKS_HELD_ADD(1);
 			return;
+		}
 		cpu_relax();
 	}
 	while (atomic_exchange_explicit(lock, SPINLOCK_CONTENDED, memory_order_acquire) !=
 	       SPINLOCK_FREE)
 		futex_wait(lock, SPINLOCK_CONTENDED, 0);
+	TS_LOCKS_HELD_ADD(1);
 }
 
 static inline void spin_lock(_Atomic uint32_t *lock)
@@ -56,13 +60,16 @@ static inline void spin_lock(_Atomic uint32_t *lock)
 	if (__builtin_expect(atomic_compare_exchange_strong_explicit(
 				     lock, &s, SPINLOCK_HELD, memory_order_acquire,
 				     memory_order_relaxed),
-			     1))
+			     1)) {
+		TS_LOCKS_HELD_ADD(1);
 		return;
+	}
 	spin_lock_slow(lock);
 }
 
 static inline void spin_unlock(_Atomic uint32_t *lock)
 {
+	TS_LOCKS_HELD_ADD(-1);
 	if (atomic_exchange_explicit(lock, SPINLOCK_FREE, memory_order_release) ==
 	    SPINLOCK_CONTENDED)
 		futex_wake(lock, 1);

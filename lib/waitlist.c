@@ -96,7 +96,8 @@ static bool grow_ready(ts_waitlist *w, size_t need)
 		return false;
 	spin_lock(&w->lock);
 	if (w->room < room) {
-		memcpy(fresh, w->ready, w->n_ready * sizeof(*fresh));
+		if (w->n_ready) /* w->ready is NULL before the first growth */
+			memcpy(fresh, w->ready, w->n_ready * sizeof(*fresh));
 		void **old = w->ready;
 		w->ready = fresh;
 		w->room = room;

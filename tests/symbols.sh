@@ -23,9 +23,10 @@ echo "symbols: $(wc -l < "$exported") exported, all declared in include/turnstil
 
 archive=.libs/libturnstile.a
 [ -f "$archive" ] || { echo "symbols: $archive not built" >&2; exit 1; }
-# _.stapsdt.base is <sys/sdt.h>'s weak, hidden anchor: not a C identifier.
+# Not C identifiers, so no clash: <sys/sdt.h>'s weak, hidden anchor
+# _.stapsdt.base, and ASan's __odr_asan.NAME indicators (sanitizer builds).
 foreign=$(nm -g --defined-only "$archive" | awk 'NF == 3 { print $3 }' |
-	grep -v -e '^ts_' -e '^_\.stapsdt\.base$' | sort -u)
+	grep -v -e '^ts_' -e '^_\.stapsdt\.base$' -e '^__odr_asan\.ts_' | sort -u)
 if [ -n "$foreign" ]; then
 	echo "symbols: $archive defines names outside ts_:" $foreign >&2
 	exit 1

@@ -6,7 +6,7 @@
  *
  * Scenarios: mix (default) and the named ones the field has been bitten by:
  * timed-try-storm, cancelled-head, fired-cancel, close-vs-timeouts,
- * resize-vs-close.  The seed is printed first, so a failure can be replayed
+ * resize-vs-close, resize-handoff, free-after-last-return, slow-loaders.  The seed is printed first, so a failure can be replayed
  * (thread interleavings differ between runs; the operation mix does not).
  * A watchdog fails the run, with a dump of what every thread is doing, if
  * no operation completes for WATCHDOG_S seconds. */
@@ -549,6 +549,196 @@ static void resize_vs_close(int seconds)
 	}
 }
 
+/* Ceiling 1 used as a mutex while a resizer moves it between 0 and 1: the
+ * holders' plain counter must add up (in the TSan build a hand-off without
+ * happens-before is a reported race) and nobody may hold alongside another. */
+static long guarded; /* plain: only a holder touches it */
+static _Atomic long increments;
+static _Atomic int inside;
+
+static void *mutex_user(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	while (ts_now_ns() < end_ns) {
+		ts_pass p;
+		atomic_store(&doing[id], "waiting for the mutex");
+		if (ts_turnstile_wait(one, &plain, ts_now_ns() + 2000000, NULL, &p))
+			continue;
+		check(atomic_fetch_add(&inside, 1) == 0, "two holders under ceiling 1");
+		guarded++;
+		atomic_fetch_add(&increments, 1);
+		atomic_fetch_sub(&inside, 1);
+		ts_pass_return(&p);
+		atomic_fetch_add(&ops, 1);
+	}
+	atomic_store(&doing[id], "done");
+	return NULL;
+}
+
+static void resize_handoff(int seconds)
+{
+	pthread_t th[3];
+	uint64_t x = seed + 5;
+	one = ts_turnstile_new(1);
+	end_ns = ts_now_ns() + (int64_t)seconds * 1000000000;
+	for (int i = 0; i < 3; i++)
+		pthread_create(&th[i], NULL, mutex_user, (void *)(intptr_t)i);
+	while (ts_now_ns() < end_ns) {
+		ts_turnstile_resize(one, 0);
+		busy_ns((int64_t)(next_rand(&x) % 20000));
+		ts_turnstile_resize(one, 1);
+		busy_ns((int64_t)(next_rand(&x) % 20000));
+	}
+	for (int i = 0; i < 3; i++)
+		pthread_join(th[i], NULL);
+	check(guarded == atomic_load(&increments), "a hand-off lost a holder's write");
+	int64_t avail, waiting;
+	ts_turnstile_snapshot(one, &avail, &waiting);
+	check(avail == 1 && waiting == 0, "resize hand-offs miscounted");
+	ts_turnstile_free(one);
+}
+
+/* Free after the last return: each round's turnstile or waitlist is freed
+ * by whichever of its waiters finishes last, while the thread that released
+ * them may still be inside its call (ASan and fault injection watch). */
+#define FREERS 3
+static _Atomic int refs;
+static ts_waitlist *round_pool;
+
+static void *turn_then_free(void *arg)
+{
+	ts_pass p;
+	int r = ts_turnstile_wait(one, &plain, 0, NULL, &p);
+	check(r == 0 || r == ESHUTDOWN, "a waiter freed by its last user saw an odd result");
+	ts_pass_return(&p);
+	if (atomic_fetch_sub(&refs, 1) == 1)
+		ts_turnstile_free(one);
+	return arg;
+}
+
+static void *take_then_free(void *arg)
+{
+	void *item;
+	int r = ts_waitlist_take(round_pool, &item, NULL, NULL, 0, NULL);
+	check(r == 0 || r == ESHUTDOWN, "a taker freed by its last user saw an odd result");
+	if (atomic_fetch_sub(&refs, 1) == 1)
+		ts_waitlist_free(round_pool);
+	return arg;
+}
+
+static void wait_pool_queued(size_t n)
+{
+	size_t w = 0;
+	int64_t end = ts_now_ns() + 10000000000;
+	while ((ts_waitlist_stats(round_pool, NULL, NULL, &w), w < n) && ts_now_ns() < end)
+		sched_yield();
+	check(w >= n, "takers did not queue");
+}
+
+static void free_after_last_return(int seconds)
+{
+	uint64_t x = seed + 7;
+	end_ns = ts_now_ns() + (int64_t)seconds * 1000000000;
+	while (ts_now_ns() < end_ns) {
+		pthread_t th[FREERS];
+		atomic_store(&refs, FREERS);
+		if (next_rand(&x) & 1) {
+			one = ts_turnstile_new(0);
+			for (int i = 0; i < FREERS; i++)
+				pthread_create(&th[i], NULL, turn_then_free, NULL);
+			wait_queued(FREERS);
+			/* the last touch of `one` by this thread is the call below */
+			if (next_rand(&x) & 1)
+				ts_turnstile_resize(one, FREERS);
+			else
+				ts_turnstile_close(one);
+		} else {
+			void *held;
+			round_pool = ts_waitlist_new(1, 0);
+			ts_waitlist_take(round_pool, &held, NULL, NULL, 0, NULL);
+			for (int i = 0; i < FREERS; i++)
+				pthread_create(&th[i], NULL, take_then_free, NULL);
+			wait_pool_queued(FREERS);
+			if (next_rand(&x) & 1)
+				ts_waitlist_put(round_pool, held); /* one taker gets it */
+			/* the last touch of the pool by this thread: */
+			ts_waitlist_close(round_pool);
+		}
+		for (int i = 0; i < FREERS; i++)
+			pthread_join(th[i], NULL);
+		atomic_fetch_add(&ops, 1);
+	}
+}
+
+/* Slow loaders: takers on a capped pool whose loads take random time and
+ * sometimes fail, with deadlines, puts and discards.  Items are tagged:
+ * none is lost, given twice or created past the cap; nobody stalls. */
+#define SLOW_TAKERS 5
+#define SLOW_CAP 3
+static _Atomic int slow_live;
+
+static int slow_load(void *arg, void **item)
+{
+	uint64_t *x = arg;
+	busy_ns((int64_t)(next_rand(x) % 300000));
+	if (next_rand(x) % 5 == 0)
+		return ECONNREFUSED;
+	check(atomic_fetch_add(&slow_live, 1) < SLOW_CAP, "more items than max_items");
+	*item = tagged_new();
+	return 0;
+}
+
+static void *slow_taker(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	uint64_t x = seed * 31 + (uint64_t)id + 1;
+	while (ts_now_ns() < end_ns) {
+		void *item;
+		atomic_store(&doing[id], "taking from a pool of slow loaders");
+		int r = ts_waitlist_take(round_pool, &item, slow_load, &x,
+					 ts_now_ns() + (int64_t)(next_rand(&x) % 2000000), NULL);
+		if (r == 0) {
+			const char *bad = tagged_hold(item);
+			check(bad == NULL, bad ? bad : "");
+			busy_ns((int64_t)(next_rand(&x) % 50000));
+			tagged_release(item);
+			if (next_rand(&x) % 8 == 0) {
+				atomic_fetch_sub(&slow_live, 1);
+				tagged_destroy(item);
+				ts_waitlist_discard(round_pool);
+			} else {
+				check(ts_waitlist_put(round_pool, item), "put refused on an open pool");
+			}
+		} else {
+			check(r == ETIMEDOUT || r == ECONNREFUSED, "unexpected take result");
+		}
+		atomic_fetch_add(&ops, 1);
+	}
+	atomic_store(&doing[id], "done");
+	return NULL;
+}
+
+static void slow_loaders(int seconds)
+{
+	pthread_t th[SLOW_TAKERS];
+	round_pool = ts_waitlist_new(SLOW_CAP, 0);
+	end_ns = ts_now_ns() + (int64_t)seconds * 1000000000;
+	for (int i = 0; i < SLOW_TAKERS; i++)
+		pthread_create(&th[i], NULL, slow_taker, (void *)(intptr_t)i);
+	for (int i = 0; i < SLOW_TAKERS; i++)
+		pthread_join(th[i], NULL);
+	size_t created, ready, waiting;
+	ts_waitlist_stats(round_pool, &created, &ready, &waiting);
+	check(waiting == 0, "takers left queued");
+	const char *why = "";
+	int drained = tagged_drain(round_pool, &why);
+	check(drained >= 0, why);
+	check(created == ready && drained == atomic_load(&slow_live),
+	      "slow loaders: an item was lost or a slot leaked");
+	ts_waitlist_free(round_pool);
+	tagged_free_all();
+}
+
 int main(int argc, char **argv)
 {
 	int seconds = 5;
@@ -588,6 +778,12 @@ int main(int argc, char **argv)
 		close_vs_timeouts(seconds);
 	else if (!strcmp(scenario, "resize-vs-close"))
 		resize_vs_close(seconds);
+	else if (!strcmp(scenario, "resize-handoff"))
+		resize_handoff(seconds);
+	else if (!strcmp(scenario, "free-after-last-return"))
+		free_after_last_return(seconds);
+	else if (!strcmp(scenario, "slow-loaders"))
+		slow_loaders(seconds);
 	else {
 		fprintf(stderr, "stress: unknown scenario %s\n", scenario);
 		return 2;
