@@ -189,6 +189,16 @@ int main(void)
 		bad += in_child("one of 100 forks in a row", child_makes_new, &shards) != 0;
 	expect(bad, "100 forks in a row, each child makes and frees a set of 2000 shards");
 
+#if defined(__SANITIZE_ADDRESS__)
+	/* gcc 12's AddressSanitizer does not hold its allocator's lock
+	 * across fork: a child forked while another thread is inside malloc
+	 * inherits that lock held and hangs in its first allocation (seen:
+	 * the child blocked in __asan::Allocator, not in this library).  The
+	 * plain build runs this part. */
+	puts("fork_child: forks racing another thread's allocations: not under ASan");
+	printf("fork_child: %s\n", failures ? "FAILED" : "every child finished");
+	return failures != 0;
+#endif
 	pthread_t resizer;
 	if (pthread_create(&resizer, NULL, resizer_main, NULL)) {
 		perror("pthread_create");

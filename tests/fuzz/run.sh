@@ -13,9 +13,15 @@ if ! command -v clang >/dev/null; then
 fi
 mkdir -p "$out/corpus"
 cp "$src"/tests/fuzz/corpus/* "$out/corpus/"
+# turnstile/version.h is made by configure; make it here from configure.ac
+mkdir -p "$out/include/turnstile"
+part() { sed -n "s/^m4_define(\[ts_$1\], \[\([0-9]*\)\])\$/\1/p" "$src/configure.ac"; }
+sed -e "s/@TS_VERSION_MAJOR@/$(part major)/g" -e "s/@TS_VERSION_MINOR@/$(part minor)/g" \
+	-e "s/@TS_VERSION_PATCH@/$(part patch)/g" "$src/include/turnstile/version.h.in" \
+	> "$out/include/turnstile/version.h"
 clang -std=c11 -O1 -g -D_GNU_SOURCE -DTS_BUILDING_LIBRARY -DTS_LIBFUZZER \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	-I"$src/include" -I"$src/lib" $(pkg-config --cflags liburcu-bp liburcu-cds) \
+	-I"$out/include" -I"$src/include" -I"$src/lib" $(pkg-config --cflags liburcu-bp liburcu-cds) \
 	"$src"/tests/fuzz/fuzz_ops.c "$src"/lib/*.c \
 	$(pkg-config --libs liburcu-bp liburcu-cds) -pthread -o "$out/fuzz_ops"
 "$out/fuzz_ops" -max_total_time="$secs" -print_final_stats=1 "$out/corpus" 2>&1 |
