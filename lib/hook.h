@@ -24,6 +24,9 @@ enum ts_hook_point {
 	 * is about to unlock (obj: its turnstile or waitlist): the window in
 	 * which a waiter that saw its grant must not free the object yet */
 	TS_HOOK_UNLOCKING,
+	/* a pass return found callers queued and is about to take the lock
+	 * (obj: the turnstile) */
+	TS_HOOK_RETURNING,
 	/* a grant was just published to a waiter, under its queue's lock
 	 * (obj: the waiter's futex word) */
 	TS_HOOK_GRANTED,

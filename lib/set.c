@@ -234,6 +234,10 @@ TS_API void ts_set_free(ts_set *s)
 
 	if (!s)
 		return;
+	/* A resize or close may still be between its effect and its unlock of
+	 * the set's mutex (free after the last return): wait it out. */
+	pthread_mutex_lock(&s->lock);
+	pthread_mutex_unlock(&s->lock);
 	/* Nobody else is inside (the caller's promise).  Unlink every entry,
 	 * destroy the table, and only then free the entries: the table never
 	 * walks a freed node, and no reader can hold one. */

@@ -47,10 +47,21 @@ TS_API ts_turnstile *ts_turnstile_new(int64_t concurrency)
 	return t;
 }
 
+/* LIFETIME (free after the last return, as POSIX semaphores): every call
+ * that releases waiters, or makes passes visible, does so under the lock,
+ * and its last touch of t is its unlock — except a close or grow that
+ * unlocks between wake batches, which marks t busy across the gaps.  So
+ * freeing first passes through the lock (any such call has unlocked) and
+ * then waits for busy.  The model (tests/model/turnstile.pml) found that
+ * nothing weaker is enough: a slow return, resize or close finding nobody
+ * queued makes its effect visible to lock-free fast paths before its
+ * unlock. */
 TS_API void ts_turnstile_free(ts_turnstile *t)
 {
 	if (!t)
 		return;
+	spin_lock(&t->lock);
+	spin_unlock(&t->lock);
 	busy_wait_idle(&t->busy);
 	free(t);
 }
@@ -61,7 +72,7 @@ TS_API void ts_turnstile_free(ts_turnstile *t)
  * the waiter in the same critical section, so it is never both free and
  * held, nor lost.  Returns true when the batch filled with a pass still
  * free and a waiter still queued: the caller unlocks, wakes, and drains
- * again (drain_rest) — that waiter keeps the turnstile alive meanwhile.
+ * again (unlock_and_wake), with the turnstile marked busy meanwhile.
  *
  * HAPPENS-BEFORE: every RMW of the word here and in the other locked paths
  * is acq_rel.  A pass returned on the fast path was released into the word;
@@ -214,16 +225,8 @@ static int wait_queued(ts_turnstile *t, const ts_claim *claim, int64_t start,
 	spin_policy_record(&t->spin, &tw.w);
 	if (cancel)
 		ts_lib_cancel_unwatch(cancel, &tw.w);
-	if (outcome < 0) {
+	if (outcome < 0)
 		outcome = leave(t, &tw, outcome);
-	} else {
-		/* LIFETIME: the outcome was seen without the lock, while its
-		 * granter may still hold it.  Pass through the lock once: after
-		 * that the granter's last touch of t (its unlock) is behind us,
-		 * so our caller may free t as soon as its pass is back. */
-		spin_lock(&t->lock);
-		spin_unlock(&t->lock);
-	}
 
 	switch (outcome) {
 	case WAITER_GRANTED:
@@ -250,6 +253,7 @@ __attribute__((noinline, cold)) TS_API void ts_private_return_slow(ts_turnstile 
 	struct wakeups wk;
 
 	TS_PROBE1(pass__return, t);
+	ts_hook_at(TS_HOOK_RETURNING, t);
 	wakeups_init(&wk);
 	spin_lock(&t->lock);
 	/* A return with every pass already free is a second copy of a pass

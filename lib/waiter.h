@@ -17,7 +17,10 @@
  * old value says whether the waiter was asleep: only then is a wake needed.
  * A waiter leaving on its own (timeout, cancel) takes the queue lock and
  * reads its state: a final outcome means it was granted (or closed) first
- * and it is no longer in the queue; otherwise it unlinks itself.
+ * and it is no longer in the queue; otherwise it unlinks itself.  A waiter
+ * that saw its final outcome without the lock returns at once: the free
+ * functions pass through the queue lock, so they never overtake its
+ * granter (LIFETIME in turnstile.c).
  *
  * Model: tests/model/turnstile.pml mirrors these states one for one (with
  * the turnstile's word, lock and cancel nudge) and spin checks it

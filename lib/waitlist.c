@@ -27,10 +27,11 @@
  * takes the lock and reads its own state: GRANTED means the item reached it
  * first and it returns it (0); otherwise it unlinks itself, so no later put
  * can pick it.  Either way the item has exactly one owner.
- * LIFETIME: a taker that saw its outcome without the lock (GRANTED, CLOSED)
- * passes through the lock before it returns.  The granter published under
- * the lock, so by then the granter's last touch of the pool is behind it and
- * the caller may free the pool at once (as POSIX semaphores allow). */
+ * LIFETIME (free after the last return, as POSIX semaphores): every call
+ * that hands out an item, a slot or a close does so under the lock and its
+ * last touch of the pool is its unlock (a close waking in several batches
+ * marks the pool busy across the gaps); ts_waitlist_free passes through the
+ * lock and waits for busy, so it can never overtake such a call. */
 #include <turnstile/waitlist.h>
 
 #include <errno.h>
@@ -80,6 +81,8 @@ TS_API void ts_waitlist_free(ts_waitlist *w)
 {
 	if (!w)
 		return;
+	spin_lock(&w->lock); /* see LIFETIME */
+	spin_unlock(&w->lock);
 	busy_wait_idle(&w->busy);
 	free(w->ready);
 	free(w);
@@ -261,18 +264,16 @@ static int leave(ts_waitlist *w, struct taker *n, int reason, void **out)
 	return r;
 }
 
-/* @n saw GRANTED or CLOSED without the lock: pass through the lock (see
- * LIFETIME), giving back a slot that reached it just before the close did
- * (CLOSED overwrites LOAD; n->loading, written under the lock before either
- * exchange, tells, and nobody else writes it once @n is unlinked). */
-static void settle(ts_waitlist *w, struct taker *n)
+/* A slot reached @n just before the close did (CLOSED overwrites LOAD):
+ * give it back.  n->loading, written under the lock before either
+ * exchange, tells; nobody else writes it once @n is unlinked. */
+static void give_back_slot(ts_waitlist *w, struct taker *n)
 {
 	struct wakeups wk;
 
 	wakeups_init(&wk);
 	spin_lock(&w->lock);
-	if (n->loading)
-		drop_slot(w, n, &wk);
+	drop_slot(w, n, &wk);
 	spin_unlock(&w->lock);
 	wakeups_flush(&wk);
 }
@@ -338,7 +339,8 @@ TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
 	if (s == WAITER_LOAD) {
 		r = run_load(w, &n, load, load_arg, item);
 	} else if (s == WAITER_GRANTED || s == WAITER_CLOSED) {
-		settle(w, &n);
+		if (n.loading)
+			give_back_slot(w, &n);
 		*item = s == WAITER_GRANTED ? n.item : NULL;
 		r = s == WAITER_GRANTED ? 0 : ESHUTDOWN;
 	} else {

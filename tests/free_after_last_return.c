@@ -232,6 +232,112 @@ Test(free_after_last_return, cancel_token_destroyed_by_its_waiter_while_the_fire
 		     atomic_load(&early));
 }
 
+/* ---- calls that make their effect visible to the lock-free paths --------
+ * The model (tests/model/turnstile.pml) found these: with nobody queued, a
+ * slow return, a resize or a close is seen by the fast paths (a free pass,
+ * the CLOSED bit) before its unlock, so a lock-free user can finish and
+ * free without ever being woken.  Here that user runs inside the window. */
+
+enum lockfree_case { SLOW_RETURN_EMPTIED, RESIZE_NOBODY_QUEUED, CLOSE_NOBODY_QUEUED };
+static _Atomic int go, released, leaver_done, windows_hit;
+static enum lockfree_case lf_case;
+
+static void *lockfree_user(void *p)
+{
+	ts_turnstile *tt = p;
+	ts_pass pass;
+	/* go: inside the releaser's window; released: its call returned
+	 * without one (the leaver left before the return saw WAITERS) */
+	while (!atomic_load(&go) && !atomic_load(&released))
+		sched_yield();
+	int r = ts_turnstile_wait(tt, &claim, TS_DEADLINE_NOW, NULL, &pass);
+	cr_assert(lf_case == CLOSE_NOBODY_QUEUED ? r == ESHUTDOWN : r == 0);
+	ts_pass_return(&pass);
+	ts_turnstile_free(tt); /* every wait returned, every pass back */
+	atomic_store(&waiter_done, 1);
+	return NULL;
+}
+
+static void *leaver(void *p)
+{
+	ts_pass pass;
+	cr_assert_eq(ts_turnstile_wait(p, &claim, in_ms(5), NULL, &pass), ETIMEDOUT);
+	atomic_store(&leaver_done, 1);
+	return NULL;
+}
+
+static void lockfree_hook(enum ts_hook_point point, void *obj)
+{
+	if (obj != atomic_load(&target))
+		return;
+	if (point == TS_HOOK_RETURNING) {
+		/* let the queued waiter time out and leave first */
+		int64_t end = ts_now_ns() + TEST_PATIENCE_NS;
+		while (!atomic_load(&leaver_done) && ts_now_ns() < end)
+			sched_yield();
+	} else if (point == TS_HOOK_UNLOCKING) {
+		atomic_fetch_add(&windows_hit, 1);
+		atomic_store(&go, 1);
+		wait_out_window();
+	}
+}
+
+static void lockfree_rounds(enum lockfree_case c)
+{
+	lf_case = c;
+	atomic_store(&early, 0);
+	atomic_store(&windows_hit, 0);
+	for (int i = 0; i < ROUNDS / 4; i++) {
+		ts_turnstile *tt = ts_turnstile_new(c == SLOW_RETURN_EMPTIED ? 1 : 0);
+		pthread_t user, left;
+		ts_pass held;
+		atomic_store(&go, 0);
+		atomic_store(&released, 0);
+		atomic_store(&leaver_done, 0);
+		atomic_store(&waiter_done, 0);
+		if (c == SLOW_RETURN_EMPTIED) {
+			cr_assert_eq(ts_turnstile_wait(tt, &claim, 0, NULL, &held), 0);
+			start_thread(&left, leaver, tt);
+			/* WAITERS set: the return goes slow (unless the leaver
+			 * is gone by then: that round has no window) */
+			WAIT_FOR(queued(tt) == 1 || atomic_load(&leaver_done));
+		}
+		start_thread(&user, lockfree_user, tt);
+		atomic_store(&target, tt);
+		atomic_store(&ts_hook, lockfree_hook);
+		if (c == SLOW_RETURN_EMPTIED)
+			ts_pass_return(&held);
+		else if (c == RESIZE_NOBODY_QUEUED)
+			ts_turnstile_resize(tt, 1);
+		else
+			ts_turnstile_close(tt);
+		atomic_store(&released, 1);
+		disarm();
+		join_bounded(user); /* tt is gone now */
+		if (c == SLOW_RETURN_EMPTIED)
+			join_bounded(left);
+	}
+	cr_assert_eq(atomic_load(&early), 0,
+		     "%d lock-free users freed the turnstile while its releaser was still inside",
+		     atomic_load(&early));
+	cr_assert_gt(atomic_load(&windows_hit), 0, "no round reached the window");
+}
+
+Test(free_after_last_return, turnstile_freed_after_a_slow_return_whose_queue_emptied)
+{
+	lockfree_rounds(SLOW_RETURN_EMPTIED);
+}
+
+Test(free_after_last_return, turnstile_freed_after_a_resize_with_nobody_queued)
+{
+	lockfree_rounds(RESIZE_NOBODY_QUEUED);
+}
+
+Test(free_after_last_return, turnstile_freed_after_a_close_with_nobody_queued)
+{
+	lockfree_rounds(CLOSE_NOBODY_QUEUED);
+}
+
 /* ---- a close waking more waiters than one wake batch -------------------- */
 
 #define CROWD 40
