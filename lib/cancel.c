@@ -32,8 +32,10 @@ TS_API void ts_cancel_init(ts_cancel *c)
  * guarded by that lock, and a waiter unregisters (under it) before its
  * node dies, so every node touched here is alive.  The nudge moves
  * SLEEPING back to QUEUED: it never overwrites a grant, and the woken
- * waiter re-checks the flag before sleeping again — so it never returns to
- * SLEEPING, and each pass over the list nudges new sleepers only.
+ * waiter re-checks the flag right after announcing sleep again, so it
+ * returns instead of sleeping; a later pass may nudge it once more in that
+ * instant (a spurious wake, harmless).  Each waiter goes back to SLEEPING
+ * at most once after the fire, so the passes end.
  * Returns false once a pass found nobody asleep. */
 static bool nudge_batch(ts_cancel *c)
 {

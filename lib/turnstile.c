@@ -263,8 +263,10 @@ __attribute__((noinline, cold)) TS_API void ts_private_return_slow(ts_turnstile 
 		spin_unlock(&t->lock);
 		return;
 	}
-	atomic_fetch_add_explicit(&t->word, WORD_UNIT, memory_order_acq_rel);
-	unlock_and_wake(t, &wk, drain(t, &wk));
+	uint64_t w = atomic_fetch_add_explicit(&t->word, WORD_UNIT, memory_order_acq_rel);
+	/* Closed, perhaps by a close between its wake batches: whoever is
+	 * still queued gets ESHUTDOWN from it, not this pass. */
+	unlock_and_wake(t, &wk, !(w & WORD_CLOSED) && drain(t, &wk));
 }
 
 TS_API void ts_pass_return(ts_pass *p)

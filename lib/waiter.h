@@ -22,10 +22,13 @@
  * functions pass through the queue lock, so they never overtake its
  * granter (LIFETIME in turnstile.c).
  *
- * Model: tests/model/turnstile.pml mirrors these states one for one (with
- * the turnstile's word, lock and cancel nudge) and spin checks it
- * exhaustively: no lost or doubled pass, no waiter asleep forever.  Change
- * the protocol here, change the model there.  How a granted waiter is told
+ * Model: tests/model/turnstile.pml and waitlist.pml mirror these states
+ * step for step (with the word and its WAITERS bit, resize, batches, busy,
+ * spurious wake-ups, the cancel nudge, LOAD and the hand-over to loaders)
+ * and spin checks them exhaustively, with seeded mutations that must be
+ * caught (tests/model/check.sh): no lost or doubled pass or item, no
+ * waiter asleep forever, nothing touched after a legal free.  Change the
+ * protocol here, change the models there.  How a granted waiter is told
  * is this header's waiter_grant()/waiter_wake() pair and nothing else. */
 #ifndef TS_LIB_WAITER_H
 #define TS_LIB_WAITER_H

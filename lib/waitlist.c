@@ -367,6 +367,7 @@ TS_API bool ts_waitlist_try_take(ts_waitlist *w, void **item)
 TS_API bool ts_waitlist_put(ts_waitlist *w, void *item)
 {
 	struct wakeups wk;
+	bool grow_failed = false;
 
 	if (!w)
 		return false;
@@ -384,11 +385,15 @@ TS_API bool ts_waitlist_put(ts_waitlist *w, void *item)
 			ts_hook_at(TS_HOOK_UNLOCKING, w);
 		} else if (w->n_ready < w->room) {
 			w->ready[w->n_ready++] = item;
+		} else if (grow_failed) {
+			spin_unlock(&w->lock); /* ENOMEM, and still nobody idle waits */
+			return false;
 		} else {
 			size_t need = w->n_ready + 1;
 			spin_unlock(&w->lock);
-			if (!grow_ready(w, need))
-				return false; /* ENOMEM: nobody idle waits for it */
+			/* on failure, look once more under the lock: a taker may
+			 * have queued meanwhile, and must get the item */
+			grow_failed = !grow_ready(w, need);
 			continue;
 		}
 		spin_unlock(&w->lock);

@@ -19,7 +19,9 @@
  * non-empty, and both change only under the turnstile's lock.  Every
  * operation that raises `available` under the lock hands passes to waiters
  * while it is positive, so whenever the lock is free, WAITERS implies
- * available <= 0.  These fast paths act only on a word WITHOUT the WAITERS
+ * available <= 0 — except between the wake batches of a large grow, when
+ * passes owed to queued waiters are still being handed out (the fast paths
+ * see WAITERS and go to the lock, which drains them in order).  These fast paths act only on a word WITHOUT the WAITERS
  * bit, by CAS on the whole word: a fast acquire never takes a pass while
  * anyone is queued, and a fast release never adds a pass a queued waiter
  * should have had — a concurrent enqueue sets WAITERS, their CAS fails,

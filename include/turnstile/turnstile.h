@@ -97,8 +97,9 @@ TS_API void ts_turnstile_snapshot(const ts_turnstile *t, int64_t *available,
  * unissued; returning it again, or returning TS_PASS_NONE, is a no-op.
  * Returning two COPIES of one pass is a caller error: keep one copy.  It is
  * caught where that is cheap — a return while every pass is already free
- * is ignored, so the ceiling is never raised — but while other passes are
- * held a copy's return cannot be told from theirs.  A pass carries
+ * is ignored, so the ceiling is not raised — but while other passes are
+ * held a copy's return cannot be told from theirs, and one racing a resize
+ * may briefly slip past the check (the next real return then evens it).  A pass carries
  * happens-before to its next holder, as a mutex does.  Thread-safe (for
  * distinct passes).  NULL: no-op. */
 TS_API void ts_pass_return(ts_pass *p);

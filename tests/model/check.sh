@@ -1,21 +1,136 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Exhaustive check of tests/model/turnstile.pml with spin, in both its
-# configurations: safety (assertions) and invalid end states (a waiter
-# asleep forever).  Prints states explored; fails on any error.
-set -e
-model=$(cd "$(dirname "$0")" && pwd)/turnstile.pml
+# Exhaustive check of the wake-up protocol models with spin:
+#   tests/model/turnstile.pml  the word and its fast paths, lock, drain,
+#                              leave, resize, close, the cancel token, free
+#                              after the last return (free takes the lock,
+#                              then waits while busy)
+#   tests/model/waitlist.pml   creation slots, loads, hand-over to the oldest
+#                              taker that is not loading, put, discard,
+#                              close, free as the turnstile's
+# Every configuration below is searched exhaustively (no bitstate): safety
+# (assertions, and invalid end states: a waiter asleep forever, a call that
+# cannot finish).  Then every seeded protocol mutation must be CAUGHT (spin
+# reports an error): the checks can fail.  One line per configuration and
+# per mutation; exit status non-zero if a configuration has an error or a
+# mutation is not caught, with the counterexample printed.
+#
+# Usage: tests/model/check.sh [workdir]        (scripts/test.sh: build/model)
+# MODEL_JOBS: searches run at once (2).  MODEL_CFLAGS: for pan.c (-O0:
+# gcc -O2 spends ~11 s compiling each pan.c, longer than most searches).
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+
+# kind|model|name|spin flags|what it covers
+table() {
+	cat <<'EOF'
+pass|turnstile|grant3|-DNW=3 -DNR=1 -DCEIL=1 -DDLMASK=1 -DSPUR=1|3 waiters (1 with a deadline), ceiling 1, a releaser, spurious wakes
+pass|turnstile|cancel|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=1 -DCXMASK=2 -DCANCELLER=1 -DSPUR=1|grant vs deadline vs cancel: 2 waiters, a releaser, a fire
+pass|turnstile|cancel-only|-DNW=3 -DNR=0 -DCEIL=0 -DDLMASK=0 -DCXMASK=7 -DCANCELLER=1|3 waiters only a fire can end: no nudge lost
+pass|turnstile|close|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=1 -DCLOSER=1 -DSPUR=1|close vs grant vs deadline, close in batches
+pass|turnstile|resize|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=2 -DRS1=0 -DRS2=2 -DSPUR=1|resize 1 -> 0 (available < 0) -> 2 (drain in batches)
+pass|turnstile|resize-close|-DNW=2 -DNR=0 -DCEIL=0 -DDLMASK=0 -DRS1=2 -DCLOSER=1|a grow from 0 racing close
+pass|turnstile|ceiling2|-DNW=2 -DNR=1 -DCEIL=2 -DDLMASK=1 -DRS1=1 -DSPUR=1|ceiling 2 shrunk to 1 under 2 holders, stale ceiling in fast returns
+pass|waitlist|cap1|-DNT=3 -DMAXI=1 -DNPUT=1 -DDLMASK=1 -DSPUR=1|3 takers, max_items 1 (in use), a put
+pass|waitlist|slots|-DNT=3 -DMAXI=2 -DNPUT=1 -DDLMASK=1 -DFAILMASK=2 -DDISCMASK=4|max_items 2: loads, a failing load, a discard, slots passed on
+pass|waitlist|unlimited|-DNT=3 -DMAXI=3 -DNPUT=0 -DDLMASK=4 -DFAILMASK=1 -DSPUR=1|no cap: 3 loaders, a failing load (issue 11 section 3)
+pass|waitlist|cancel|-DNT=2 -DMAXI=1 -DNPUT=1 -DDLMASK=2 -DCXMASK=1 -DCANCELLER=1 -DSPUR=1|put vs deadline vs cancel
+pass|waitlist|close|-DNT=2 -DMAXI=2 -DNPUT=1 -DDLMASK=1 -DFAILMASK=2 -DCLOSER=1|close vs a load in flight, a put, a deadline
+pass|waitlist|close-batches|-DNT=3 -DMAXI=1 -DNPUT=0 -DDLMASK=4 -DFAILMASK=1 -DCLOSER=1|2 takers asleep: close in batches, vs a load that may fail, a deadline
+catch|turnstile|MUT_CANCEL_BEFORE_SLEEP|-DNW=3 -DNR=0 -DCEIL=0 -DDLMASK=0 -DCXMASK=7 -DCANCELLER=1|park checks the cancel flag before announcing SLEEPING
+catch|turnstile|MUT_CLEAR_OUTSIDE_LOCK|-DNW=3 -DNR=1 -DCEIL=1 -DDLMASK=1|leave clears WAITERS after unlocking
+catch|turnstile|MUT_GRANT_AFTER_UNLOCK|-DNW=3 -DNR=1 -DCEIL=1 -DDLMASK=1|drain unlinks under the lock, publishes GRANTED after unlocking
+catch|turnstile|MUT_WAKE_LOST|-DNW=3 -DNR=1 -DCEIL=1 -DDLMASK=1|a grant to a SLEEPING waiter owes no wake
+catch|turnstile|MUT_FAST_TAKE_BARGES|-DNW=3 -DNR=1 -DCEIL=1 -DDLMASK=1|the fast take ignores WAITERS
+catch|turnstile|MUT_FREE_WITHOUT_LOCK|-DNW=3 -DNR=1 -DCEIL=1 -DDLMASK=1|ts_turnstile_free does not pass through the lock
+catch|turnstile|MUT_RETURN_DRAINS_CLOSED|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=1 -DCLOSER=1|a slow return between close batches grants a waiter the close has not reached
+catch|turnstile|MUT_FREE_WITHOUT_BUSY_WAIT|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=1 -DCLOSER=1|ts_turnstile_free does not wait while busy (close in batches)
+catch|turnstile|MUT_BUSY_AFTER_UNLOCK|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=2 -DRS1=0 -DRS2=2|busy marked after the unlock that opens a gap (drain in batches)
+catch|waitlist|MUT_LOADER_GETS_ITEM|-DNT=3 -DMAXI=3 -DNPUT=0 -DDLMASK=4 -DFAILMASK=1|put and a finished load hand the item to the head, loading or not
+catch|waitlist|MUT_FAILED_LOAD_NO_PASS|-DNT=3 -DMAXI=2 -DNPUT=1 -DDLMASK=1 -DFAILMASK=2 -DDISCMASK=4|a failed load frees its slot without passing it on
+catch|waitlist|MUT_FREE_WITHOUT_BUSY_WAIT|-DNT=3 -DMAXI=1 -DNPUT=0 -DDLMASK=4 -DFAILMASK=1 -DCLOSER=1|ts_waitlist_free does not wait while busy (close in batches)
+EOF
+}
+
+# One search: compile, run, and leave a summary line in $dir/line and
+# "ok" or "bad" in $dir/status.
+one() {
+	IFS='|' read -r kind model name flags what <<EOF
+$1
+EOF
+	dir=$work/$model.$name
+	[ "$kind" = pass ] || flags="$flags -D$name"
+	rm -rf "$dir"
+	mkdir -p "$dir"
+	cd "$dir"
+	cp "$here/$model.pml" .
+	# shellcheck disable=SC2086 # flags are words
+	if ! spin -a $flags "$model.pml" >spin.out 2>&1 ||
+	   ! cc ${MODEL_CFLAGS:--O0} -DSAFETY -DCOLLAPSE -w -o pan pan.c >cc.out 2>&1; then
+		echo "$model $name: model does not build" >line
+		echo bad >status
+		return 0
+	fi
+	start=$(date +%s)
+	./pan -m1000000 -c1 >pan.out 2>&1 || true
+	secs=$(($(date +%s) - start))
+	errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' pan.out)
+	states=$(awk '/states, stored/ {print $1; exit}' pan.out)
+	why=$(sed -n 's/^pan:1: \(.*\) (at depth.*/\1/p' pan.out | head -1)
+	if grep -q 'search depth too small' pan.out; then
+		errors=${errors:-0}+depth
+	fi
+	if [ "$kind" = pass ]; then
+		if [ "$errors" = 0 ]; then
+			echo "$model $name: 0 errors, $states states, ${secs}s -- $what" >line
+			echo ok >status
+		else
+			echo "$model $name: ERRORS ($why), $states states -- $what" >line
+			echo bad >status
+		fi
+	else
+		if [ "$errors" != 0 ] && [ -n "$errors" ]; then
+			echo "mutation $model $name: caught ($why) -- $what" >line
+			echo ok >status
+		else
+			echo "mutation $model $name: NOT CAUGHT ($states states) -- $what" >line
+			echo bad >status
+		fi
+	fi
+	# shellcheck disable=SC2086
+	[ "$kind" = catch ] || [ "$errors" = 0 ] ||
+		spin -t -p $flags "$model.pml" >trail.out 2>&1 || true
+}
+
+if [ "${1:-}" = --one ]; then
+	work=$2
+	one "$3"
+	exit 0
+fi
+
 work=${1:-$(mktemp -d)}
 mkdir -p "$work"
-cd "$work"
-for config in DEFAULT CANCEL_ONLY; do
-	spin -D$config -a "$model" >/dev/null
-	cc -O2 -DSAFETY -DCOLLAPSE -w -o pan pan.c
-	./pan -m100000 > pan.$config.out 2>&1 || true
-	echo "model $config: $(grep -E 'errors:' pan.$config.out | sed 's/.*errors/errors/'), $(grep -E 'states, stored' pan.$config.out | awk '{print $1}') states, $(grep -E 'transitions' pan.$config.out | awk '{print $1}') transitions"
-	if ! grep -q "errors: 0" pan.$config.out; then
-		cat pan.$config.out
-		spin -D$config -t -p "$model" | tail -40
-		exit 1
+work=$(cd "$work" && pwd)
+begin=$(date +%s)
+table | xargs -P "${MODEL_JOBS:-2}" -I{} "$0" --one "$work" {}
+
+table | while IFS='|' read -r kind model name flags what; do
+	cat "$work/$model.$name/line"
+done
+fail=0
+for d in $(table | awk -F'|' -v w="$work" '{print w "/" $2 "." $3}'); do
+	if [ "$(cat "$d/status" 2>/dev/null)" != ok ]; then
+		fail=1
+		echo "---- $(cat "$d/line" 2>/dev/null || echo "$d: no result")"
+		[ -f "$d/spin.out" ] && tail -5 "$d/spin.out"
+		[ -f "$d/cc.out" ] && tail -5 "$d/cc.out"
+		[ -f "$d/pan.out" ] && grep -E '^pan|errors' "$d/pan.out" | head -5
+		# the counterexample, without variable dumps and control-flow noise
+		[ -f "$d/trail.out" ] &&
+			grep -vE '^[[:space:]]+[a-zA-Z_]+(\[[0-9]+\])? = |\[(DO|IF|\.\(goto\)|\(1\)|else|skip)\]|know|\[[ik] = ' \
+				"$d/trail.out" | tail -80
 	fi
 done
+echo "model check: $(($(date +%s) - begin))s"
+exit $fail
