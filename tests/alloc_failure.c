@@ -10,6 +10,8 @@
  * exits 77 (Automake's SKIP) there, and runs in the plain build. */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -29,11 +31,17 @@ extern void *__libc_realloc(void *, size_t);
 
 static _Thread_local int failing;
 static int failed_calls;
+static void (*while_failing)(void); /* runs inside the first failing call */
 
 void *malloc(size_t n)
 {
 	if (failing) {
 		failed_calls++;
+		if (while_failing) {
+			void (*fn)(void) = while_failing;
+			while_failing = NULL;
+			fn();
+		}
 		return NULL;
 	}
 	return __libc_malloc(n);
@@ -94,6 +102,28 @@ static size_t waiting(ts_waitlist *w)
 	return n;
 }
 
+/* 4: a taker that queues while a put is out growing the ready stack */
+static ts_waitlist *late_pool;
+static _Atomic int late_go;
+static struct taker late = { NULL, -1, NULL };
+
+static void *late_main(void *p)
+{
+	while (!atomic_load(&late_go))
+		sched_yield();
+	late.result = ts_waitlist_take(late_pool, &late.item, NULL, NULL,
+				       ts_now_ns() + 5 * (int64_t)1000000000, NULL);
+	return p;
+}
+
+static void queue_the_late_taker(void)
+{
+	int64_t end = ts_now_ns() + 5 * (int64_t)1000000000;
+	atomic_store(&late_go, 1);
+	while (waiting(late_pool) != 1 && ts_now_ns() < end)
+		sched_yield();
+}
+
 int main(void)
 {
 	ts_waitlist *w = ts_waitlist_new(1, 0);
@@ -129,6 +159,22 @@ int main(void)
 	CHECK(ts_waitlist_put(w, t.item));
 	CHECK(ts_waitlist_try_take(w, &item) && item == (void *)0x5107);
 	ts_waitlist_free(w);
+
+	/* 4. the growth fails, but a taker queued meanwhile: it gets the item */
+	void *held;
+	late_pool = ts_waitlist_new(1, 0);
+	CHECK(ts_waitlist_take(late_pool, &held, made, (void *)0x1a7e, 0, NULL) == 0);
+	pthread_t lt;
+	if (pthread_create(&lt, NULL, late_main, NULL))
+		return 1;
+	while_failing = queue_the_late_taker;
+	failing = 1;
+	bool put_ok = ts_waitlist_put(late_pool, held);
+	failing = 0;
+	pthread_join(lt, NULL);
+	CHECK(put_ok);
+	CHECK(late.result == 0 && late.item == (void *)0x1a7e);
+	ts_waitlist_free(late_pool);
 
 	CHECK(failed_calls >= 1); /* the put's growth really failed */
 	if (failures)
