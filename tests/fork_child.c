@@ -22,6 +22,7 @@
 #define CHILD_PATIENCE_NS ((int64_t)30 * 1000000000)
 
 static int failures;
+static sigset_t sigchld;
 
 #define CHECK(cond)                                                                 \
 	do {                                                                        \
@@ -97,13 +98,17 @@ static int in_child(const char *what, int (*body)(void *), void *arg)
 			perror("waitpid");
 			return 1;
 		}
-		if (ts_now_ns() > end) {
+		int64_t left = end - ts_now_ns();
+		if (left <= 0) {
 			kill(pid, SIGKILL);
 			waitpid(pid, &status, 0);
 			fprintf(stderr, "fork_child: %s: the child hung\n", what);
 			return 1;
 		}
-		usleep(1000); /* polling a child process: nothing to wait on */
+		/* SIGCHLD is blocked in every thread (main): wait for it, or
+		 * for the deadline; waitpid above tells whose it was */
+		struct timespec ts = { left / 1000000000, left % 1000000000 };
+		sigtimedwait(&sigchld, NULL, &ts);
 	}
 	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
 		fprintf(stderr, "fork_child: %s: the child failed (status %d)\n", what, status);
@@ -153,6 +158,10 @@ static void *resizer_main(void *p)
 int main(void)
 {
 	static const int sizes[] = { 0, 1, 5000 };
+
+	sigemptyset(&sigchld);
+	sigaddset(&sigchld, SIGCHLD);
+	pthread_sigmask(SIG_BLOCK, &sigchld, NULL); /* before any thread starts */
 
 #if defined(__SANITIZE_THREAD__)
 	/* ThreadSanitizer cannot follow a multi-threaded process through
