@@ -2,6 +2,7 @@
 /* Shards are independent, created concurrently with lock-free lookups, and
  * cost memory by count, not by id. */
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -12,12 +13,15 @@ static const ts_claim mine = { 0, 0, 0 };
 
 /* --- independence: count wake-ups of one parked thread ----------------- */
 
-static pthread_t watched;
+/* Thread-local: the hook runs on the woken thread itself, so no other thread
+ * ever reads this (a shared pthread_t written by the waiter raced the
+ * hammers' reads under TSan). */
+static _Thread_local bool watched;
 static _Atomic int watched_wakeups;
 
 static void count_wakeups(enum ts_hook_point point, void *obj)
 {
-	if (point == TS_HOOK_WOKEN && pthread_equal(pthread_self(), watched))
+	if (point == TS_HOOK_WOKEN && watched)
 		atomic_fetch_add(&watched_wakeups, 1);
 }
 
@@ -31,7 +35,7 @@ static void *wait_on_shard(void *p)
 {
 	struct shard_waiter *w = p;
 	ts_pass pass;
-	watched = pthread_self();
+	watched = true;
 	atomic_store(&w->running, 1);
 	w->result = ts_turnstile_wait(w->t, &mine, 0, NULL, &pass);
 	ts_pass_return(&pass);
