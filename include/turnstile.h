@@ -8,6 +8,7 @@
  *   turnstile/job.h        a job's claim across calls; ts_wait_turn
  *   turnstile/gate.h       a job's first turn, before pickup
  *   turnstile/waitlist.h   FIFO-fair pool of reusable items
+ *   turnstile/async.h      event-loop waiters: notifier, async waits
  */
 #ifndef TURNSTILE_H
 #define TURNSTILE_H
@@ -20,5 +21,6 @@
 #include <turnstile/job.h>
 #include <turnstile/gate.h>
 #include <turnstile/waitlist.h>
+#include <turnstile/async.h>
 
 #endif

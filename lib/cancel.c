@@ -11,6 +11,7 @@
 
 #include <assert.h>
 
+#include "async.h"
 #include "futex.h"
 #include "hook.h"
 #include "spinlock.h"
@@ -36,7 +37,8 @@ TS_API void ts_cancel_init(ts_cancel *c)
  * returns instead of sleeping; a later pass may nudge it once more in that
  * instant (a spurious wake, harmless).  Each waiter goes back to SLEEPING
  * at most once after the fire, so the passes end.
- * Returns false once a pass found nobody asleep. */
+ * Returns false once a pass found nobody asleep (and no event-loop node
+ * still queued). */
 static bool nudge_batch(ts_cancel *c)
 {
 	struct wakeups wk;
@@ -44,6 +46,15 @@ static bool nudge_batch(ts_cancel *c)
 	wakeups_init(&wk);
 	spin_lock(&c->private_lock);
 	for (waiter *w = c->private_waiters; w && !wakeups_full(&wk); w = w->cancel_next) {
+		if (w->async) {
+			/* An event-loop node: withdrawn under its queue's lock
+			 * (lock order: token, then queue) and pushed to its
+			 * notifier with ECANCELED, unless a grant got there
+			 * first.  It stays on this list until its loop
+			 * unwatches it; later passes find it final. */
+			ts_lib_async_fire(w->async, &wk);
+			continue;
+		}
 		uint32_t s = WAITER_SLEEPING;
 		if (atomic_compare_exchange_strong_explicit(
 			    &w->state, &s, WAITER_QUEUED, memory_order_seq_cst,

@@ -1,9 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* Jobs: a claim stamped once, and ts_wait_turn's fail-open turn. */
 #include <turnstile/job.h>
+#include <turnstile/async.h>
 
 #include <errno.h>
 #include <stdatomic.h>
+
+#include "async.h"
 
 /* Process-wide and 64-bit: two jobs never share a seq, and it never wraps
  * (at one stamp per nanosecond it would take 584 years). */
@@ -89,4 +92,25 @@ TS_API int ts_wait_turn_strict(ts_job *job, ts_pass *pass)
 TS_API ts_pass ts_wait_turn(ts_job *job)
 {
 	TS_PRIVATE_WAIT_TURN_BODY
+}
+
+/* Fails open as ts_wait_turn: a refusal at once is an unissued pass (0),
+ * and the node's callback gets result 0 whatever ended the wait. */
+TS_API int ts_wait_turn_async(ts_job *job, ts_notifier *n, ts_async *node, ts_async_fn fn,
+			      void *arg, ts_pass *pass)
+{
+	if (!pass)
+		return EINVAL;
+	if (!job)
+		return EINVAL;
+	int r = ts_lib_async_check(n, node, fn);
+	if (r)
+		return r;
+	*pass = (ts_pass)TS_PASS_NONE;
+	ts_turnstile *t = job_turnstile(job);
+	if (!t)
+		return 0;
+	r = ts_lib_turnstile_wait_async(t, &job->private_claim, job->private_deadline_ns,
+					job->private_cancel, n, node, fn, arg, pass, true);
+	return r == EINPROGRESS || r == ENOMEM ? r : 0;
 }

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* What each result of the library means, in the library's words. */
 #include <turnstile/common.h>
+#include <turnstile/async.h>
 
 #include <errno.h>
 #include <string.h>
@@ -10,6 +11,8 @@ TS_API const char *ts_strerror(int err)
 	switch (err) {
 	case 0:
 		return "success";
+	case TS_CREATE:
+		return "nothing ready: a creation slot is the caller's, to make an item";
 	case EINVAL:
 		return "invalid argument: a required object is NULL or a value is out of range";
 	case ENOMEM:

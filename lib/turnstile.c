@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "async.h"
 #include "busy.h"
 #include "hook.h"
 #include "probe.h"
@@ -13,12 +14,6 @@
 #include "spinlock.h"
 #include "turnstile_impl.h"
 #include "waiter.h"
-
-/* A queued caller: its skiplist links and its futex word, on its stack. */
-struct turn_waiter {
-	struct skip_node link;
-	waiter w;
-};
 
 static inline uint64_t units(int64_t n)
 {
@@ -90,7 +85,7 @@ static bool drain(ts_turnstile *t, struct wakeups *wk)
 		atomic_fetch_sub_explicit(&t->word, WORD_UNIT, memory_order_acq_rel);
 		atomic_fetch_sub_explicit(&t->waiting, 1, memory_order_relaxed);
 		struct turn_waiter *tw = (struct turn_waiter *)n;
-		wakeups_add(wk, waiter_grant(&tw->w, WAITER_GRANTED));
+		waiter_grant(&tw->w, WAITER_GRANTED, wk);
 	}
 	if (!skip_first(&t->queue))
 		atomic_fetch_and_explicit(&t->word, ~WORD_WAITERS, memory_order_acq_rel);
@@ -161,6 +156,16 @@ static int enqueue(ts_turnstile *t, struct turn_waiter *tw, int64_t now,
 	return EINPROGRESS;
 }
 
+/* Take a waiter that is still queued out of the queue.  Lock held.  It
+ * never held a pass, so none is owed: WAITERS only follows the queue. */
+static void unlink_waiter(ts_turnstile *t, struct turn_waiter *tw)
+{
+	ts_lib_skip_remove(&t->queue, &tw->link);
+	atomic_fetch_sub_explicit(&t->waiting, 1, memory_order_relaxed);
+	if (!skip_first(&t->queue))
+		atomic_fetch_and_explicit(&t->word, ~WORD_WAITERS, memory_order_acq_rel);
+}
+
 /* The waiter gave up (timeout or cancel).  Under the lock, its own state
  * says who won: a final state means a grant or a close unlinked it first —
  * it must not be unlinked twice, and a grant is kept (0).  Otherwise it is
@@ -170,13 +175,8 @@ static int leave(ts_turnstile *t, struct turn_waiter *tw, int reason)
 	ts_hook_at(TS_HOOK_LEAVING, t);
 	spin_lock(&t->lock);
 	uint32_t s = atomic_load_explicit(&tw->w.state, memory_order_acquire);
-	if (s < WAITER_FINAL) {
-		ts_lib_skip_remove(&t->queue, &tw->link);
-		atomic_fetch_sub_explicit(&t->waiting, 1, memory_order_relaxed);
-		if (!skip_first(&t->queue))
-			atomic_fetch_and_explicit(&t->word, ~WORD_WAITERS,
-						  memory_order_acq_rel);
-	}
+	if (s < WAITER_FINAL)
+		unlink_waiter(t, tw);
 	spin_unlock(&t->lock);
 	return s >= WAITER_FINAL ? (int)s : reason;
 }
@@ -209,7 +209,7 @@ static int wait_queued(ts_turnstile *t, const ts_claim *claim, int64_t start,
 	struct turn_waiter tw;
 
 	tw.link.key = *claim;
-	waiter_init(&tw.w);
+	waiter_init(&tw.w, NULL);
 	int r = enqueue(t, &tw, start, deadline_ns);
 	if (r == 0) {
 		pass->private_turnstile = t;
@@ -240,6 +240,70 @@ static int wait_queued(ts_turnstile *t, const ts_claim *claim, int64_t start,
 	default:
 		return ETIMEDOUT;
 	}
+}
+
+/* --- event-loop waiters (async.h) -------------------------------------- */
+
+/* The loop's or a token's side of the grant race: under the lock, whoever
+ * comes first decides (OWNERSHIP in async.h). */
+uint32_t ts_lib_turnstile_withdraw(struct async_node *a, uint32_t outcome, struct wakeups *wk)
+{
+	ts_turnstile *t = a->object;
+	waiter *w = &a->q.turn.w;
+
+	spin_lock(&t->lock);
+	uint32_t s = atomic_load_explicit(&w->state, memory_order_acquire);
+	if (s < WAITER_FINAL) {
+		unlink_waiter(t, &a->q.turn);
+		if (wk)
+			waiter_grant(w, outcome, wk);
+		else
+			atomic_store_explicit(&w->state, outcome, memory_order_relaxed);
+	}
+	spin_unlock(&t->lock);
+	return s;
+}
+
+/* Precedence as for blocking waits: closed, fired cancel, free pass, then
+ * queue (an expired deadline refuses only then).  A pass granted later
+ * reaches the node under the lock, through waiter_grant, as any other. */
+int ts_lib_turnstile_wait_async(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
+				ts_cancel *cancel, ts_notifier *n, ts_async *node,
+				ts_async_fn fn, void *arg, ts_pass *pass, bool fail_open)
+{
+	int r = ts_lib_async_check(n, node, fn);
+	if (r)
+		return r;
+	if (ts_private_take_fast(t, cancel, pass))
+		return 0;
+	*pass = (ts_pass)TS_PASS_NONE;
+	if (atomic_load_explicit(&t->word, memory_order_relaxed) & WORD_CLOSED)
+		return ESHUTDOWN;
+	if (cancel_fired_now(cancel))
+		return ECANCELED;
+	if (deadline_ns && (r = ts_lib_notifier_reserve(n)))
+		return r;
+	struct async_node *a = async_of(node);
+	int64_t now = ts_now_ns();
+	ts_lib_async_prepare(a, ASYNC_TURN, t, n, fn, arg, cancel, now, deadline_ns);
+	a->fail_open = fail_open;
+	a->q.turn.link.key = *claim;
+	r = enqueue(t, &a->q.turn, now, deadline_ns);
+	if (r == 0)
+		pass->private_turnstile = t;
+	return r == EINPROGRESS ? ts_lib_async_begin(a) : r;
+}
+
+TS_API int ts_turnstile_wait_async(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
+				   ts_cancel *cancel, ts_notifier *n, ts_async *node,
+				   ts_async_fn fn, void *arg, ts_pass *pass)
+{
+	if (!pass)
+		return EINVAL;
+	if (!t || !claim)
+		return EINVAL;
+	return ts_lib_turnstile_wait_async(t, claim, deadline_ns, cancel, n, node, fn, arg,
+					   pass, false);
 }
 
 TS_API int ts_turnstile_wait(ts_turnstile *t, const ts_claim *claim,
@@ -323,8 +387,7 @@ TS_API void ts_turnstile_close(ts_turnstile *t)
 		while ((n = skip_first(&t->queue)) && !wakeups_full(&wk)) {
 			ts_lib_skip_remove(&t->queue, n);
 			atomic_fetch_sub_explicit(&t->waiting, 1, memory_order_relaxed);
-			wakeups_add(&wk, waiter_grant(&((struct turn_waiter *)n)->w,
-						      WAITER_CLOSED));
+			waiter_grant(&((struct turn_waiter *)n)->w, WAITER_CLOSED, &wk);
 		}
 		more = n != NULL;
 		if (!more)

@@ -33,6 +33,13 @@ _Static_assert(offsetof(struct ts_turnstile, word) ==
 		       offsetof(struct ts_private_turnstile_head, ceiling_units),
 	       "fastpath.h reads the word and the ceiling as the first members");
 
+/* A queued caller: its skiplist links and its waiter — on a blocking
+ * caller's stack, or inside an event-loop node (async.h). */
+struct turn_waiter {
+	struct skip_node link;
+	waiter w;
+};
+
 static inline int64_t word_available(uint64_t w)
 {
 	return (int64_t)w >> 2; /* arithmetic shift: gcc and clang define it */

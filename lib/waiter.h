@@ -29,7 +29,7 @@
  * caught (tests/model/check.sh): no lost or doubled pass or item, no
  * waiter asleep forever, nothing touched after a legal free.  Change the
  * protocol here, change the models there.  How a granted waiter is told
- * is this header's waiter_grant()/waiter_wake() pair and nothing else. */
+ * is this header's waiter_grant() and nothing else. */
 #ifndef TS_LIB_WAITER_H
 #define TS_LIB_WAITER_H
 
@@ -42,12 +42,19 @@
 #include "futex.h"
 #include "hook.h"
 
+struct async_node;
+struct ts_notifier;
+
 enum {
 	WAITER_QUEUED = 0,   /* linked, owner running (maybe spinning) */
 	WAITER_SLEEPING = 1, /* linked, owner in (or entering) futex_wait */
 	WAITER_LOAD = 2,     /* waitlist only: given a creation slot, still linked */
 	WAITER_GRANTED = 3,  /* final: unlinked, pass or item handed over */
 	WAITER_CLOSED = 4,   /* final: unlinked by close */
+	/* final states of async nodes only (async.h) */
+	WAITER_CREATE = 5,   /* unlinked, given a creation slot (TS_CREATE) */
+	WAITER_CANCELLED = 6, /* unlinked by its cancel token's fire */
+	WAITER_EXPIRED = 7,  /* unlinked by its loop's dispatch: deadline passed */
 };
 #define WAITER_FINAL WAITER_GRANTED
 
@@ -60,15 +67,19 @@ struct ts_waiter_ {
 	signed char spun;  /* set by ts_lib_waiter_park: +1 spin won, -1 spin lost, 0 none */
 	/* registration on a cancel token, guarded by the token's lock */
 	struct ts_waiter_ *cancel_prev, *cancel_next;
+	/* NULL for a parked thread; else the event-loop node this waiter is
+	 * part of, told through its notifier instead of a futex (async.h) */
+	struct async_node *async;
 };
 typedef struct ts_waiter_ waiter;
 
-static inline void waiter_init(waiter *w)
+static inline void waiter_init(waiter *w, struct async_node *async)
 {
 	atomic_init(&w->state, WAITER_QUEUED);
 	w->spin = false;
 	w->spun = 0;
 	w->cancel_prev = w->cancel_next = NULL;
+	w->async = async;
 }
 
 /* Wait until @w's state reaches at least @wake_at (WAITER_FINAL, or
@@ -78,24 +89,6 @@ static inline void waiter_init(waiter *w)
  * a negative value: it must leave the queue under the queue's lock. */
 int ts_lib_waiter_park(waiter *w, uint32_t wake_at, int64_t deadline_ns,
 		const ts_cancel *c);
-
-/* Publish @outcome to @w.  Caller holds the lock of the queue @w was in and
- * has unlinked it (or, for WAITER_LOAD, keeps it linked on purpose).  Returns
- * the futex word to wake after unlocking, or NULL if the owner is awake and
- * will see the outcome on its own.  From here on @w may vanish. */
-static inline _Atomic uint32_t *waiter_grant(waiter *w, uint32_t outcome)
-{
-	_Atomic uint32_t *word = &w->state;
-	uint32_t was = atomic_exchange_explicit(word, outcome, memory_order_acq_rel);
-	ts_hook_at(TS_HOOK_GRANTED, word);
-	return was == WAITER_SLEEPING ? word : NULL;
-}
-
-static inline void waiter_wake(_Atomic uint32_t *word)
-{
-	if (word)
-		futex_wake(word, 1);
-}
 
 /* Whether spinning pays for one queue.  A head waiter's spin is won when
  * its grant arrives while it spins and lost when the budget runs out (it
@@ -135,14 +128,22 @@ static inline void spin_policy_record(struct spin_policy *p, const waiter *w)
 
 /* Wake-ups owed after a critical section that granted waiters.  Collected
  * under the lock and issued after unlocking: no system call ever runs
- * under a queue lock.  A batch holds WAKE_BATCH; a critical section that
- * could grant more (a close, a large grow) stops when the batch is full,
- * unlocks, wakes, and takes the lock again for the rest — only while a
- * waiter is still queued, so the object cannot have been freed meanwhile. */
+ * under a queue lock.  An entry is a parked thread's futex word, or a
+ * notifier an async node was pushed to (async.h): its fd is written if
+ * this completion made it readable, and the granter's hold on it ends.  A
+ * batch holds WAKE_BATCH; a critical section that could grant more (a
+ * close, a large grow) stops when the batch is full, unlocks, wakes, and
+ * takes the lock again for the rest — only while a waiter is still queued,
+ * so the object cannot have been freed meanwhile. */
 #define WAKE_BATCH 16
+struct wakeup {
+	_Atomic uint32_t *word;      /* futex_wake it, or NULL */
+	struct ts_notifier *notifier; /* release it (kicking if told), or NULL */
+	bool kick;
+};
 struct wakeups {
 	int n;
-	_Atomic uint32_t *word[WAKE_BATCH];
+	struct wakeup e[WAKE_BATCH];
 };
 
 /* Only the count: the batch itself is written as it fills. */
@@ -160,16 +161,51 @@ static inline bool wakeups_full(const struct wakeups *wk)
 static inline void wakeups_add(struct wakeups *wk, _Atomic uint32_t *word)
 {
 	if (word)
-		wk->word[wk->n++] = word;
+		wk->e[wk->n++] = (struct wakeup){ word, NULL, false };
 }
+
+static inline void wakeups_add_notifier(struct wakeups *wk, struct ts_notifier *n, bool kick)
+{
+	wk->e[wk->n++] = (struct wakeup){ NULL, n, kick };
+}
+
+/* notifier.c: write the fd if @kick, then end the granter's hold on @n. */
+void ts_lib_notifier_release(struct ts_notifier *n, bool kick);
 
 static inline void wakeups_flush(struct wakeups *wk)
 {
 	for (int i = 0; i < wk->n; i++) {
 		TS_FAULT(); /* window: granted, not yet woken */
-		waiter_wake(wk->word[i]);
+		if (wk->e[i].word)
+			futex_wake(wk->e[i].word, 1);
+		else
+			ts_lib_notifier_release(wk->e[i].notifier, wk->e[i].kick);
 	}
 	wk->n = 0;
+}
+
+/* notifier.c: publish @outcome to an async node and push it onto its
+ * notifier's completion stack, in the caller's critical section. */
+void ts_lib_async_complete(struct async_node *a, uint32_t outcome, struct wakeups *wk);
+
+/* THE SEAM: how a granted waiter is told.  Caller holds the lock of the
+ * queue @w was in and has unlinked it (or, for WAITER_LOAD, keeps it
+ * linked on purpose), and has checked wakeups_full(@wk).  A parked thread
+ * gets @outcome by one atomic exchange, and a futex wake after unlocking
+ * if it was asleep; an async node gets it and is pushed onto its
+ * notifier's completion stack, reachable by the loop from this critical
+ * section on.  From here on @w may vanish (the granter touches at most the
+ * futex word's address, or the notifier it holds). */
+static inline void waiter_grant(waiter *w, uint32_t outcome, struct wakeups *wk)
+{
+	if (w->async) {
+		ts_lib_async_complete(w->async, outcome, wk);
+		return;
+	}
+	_Atomic uint32_t *word = &w->state;
+	uint32_t was = atomic_exchange_explicit(word, outcome, memory_order_acq_rel);
+	ts_hook_at(TS_HOOK_GRANTED, word);
+	wakeups_add(wk, was == WAITER_SLEEPING ? word : NULL);
 }
 
 /* Cancel-token registration (cancel.c): a registered waiter is nudged awake

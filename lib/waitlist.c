@@ -38,18 +38,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "async.h"
 #include "busy.h"
 #include "hook.h"
 #include "probe.h"
 #include "spinlock.h"
 #include "waiter.h"
-
-struct taker {
-	struct taker *prev, *next; /* queue links, under the lock */
-	waiter w;
-	void *item;   /* written before GRANTED is published */
-	bool loading; /* holds a creation slot and its load has not returned */
-};
+#include "waitlist_impl.h"
 
 struct ts_waitlist {
 	_Atomic uint32_t lock;
@@ -151,9 +146,10 @@ static bool slot_free(const ts_waitlist *w)
 	return w->max_items == 0 || w->created < w->max_items;
 }
 
-/* A slot was freed: hand it to the oldest idle taker, which wakes and
- * loads.  It stays linked: once its load returns it competes for the item
- * at its place in the queue.  Lock held. */
+/* A slot was freed: hand it to the oldest idle taker.  A blocking one
+ * wakes and loads; it stays linked: once its load returns it competes for
+ * the item at its place in the queue.  An async one leaves the queue with
+ * the slot (TS_CREATE): its loop makes the item and owns it.  Lock held. */
 static void pass_slot(ts_waitlist *w, struct wakeups *wk)
 {
 	if (w->closed || !slot_free(w))
@@ -162,8 +158,13 @@ static void pass_slot(ts_waitlist *w, struct wakeups *wk)
 	if (!n)
 		return;
 	w->created++;
+	if (n->w.async) {
+		unlink_taker(w, n);
+		waiter_grant(&n->w, WAITER_CREATE, wk);
+		return;
+	}
 	n->loading = true;
-	wakeups_add(wk, waiter_grant(&n->w, WAITER_LOAD));
+	waiter_grant(&n->w, WAITER_LOAD, wk);
 }
 
 /* @n holds a slot it will not use (closed out, or gave up before loading):
@@ -180,7 +181,7 @@ static void give(ts_waitlist *w, struct taker *n, void *item, struct wakeups *wk
 {
 	unlink_taker(w, n);
 	n->item = item;
-	wakeups_add(wk, waiter_grant(&n->w, WAITER_GRANTED));
+	waiter_grant(&n->w, WAITER_GRANTED, wk);
 }
 
 /* The loader's side, after its load returned: the take's result.  Its
@@ -315,7 +316,7 @@ TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
 	}
 	/* Join the queue first: a loader counts as a waiter, and the item it
 	 * makes goes to the oldest idle taker. */
-	waiter_init(&n.w);
+	waiter_init(&n.w, NULL);
 	n.item = NULL;
 	n.loading = slot_free(w);
 	link_tail(w, &n);
@@ -352,6 +353,70 @@ TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
 	return r;
 }
 
+/* --- event-loop takers (async.h) ---------------------------------------- */
+
+/* The loop's or a token's side of the race (OWNERSHIP in async.h). */
+uint32_t ts_lib_waitlist_withdraw(struct async_node *a, uint32_t outcome, struct wakeups *wk)
+{
+	ts_waitlist *w = a->object;
+	struct taker *n = &a->q.take;
+
+	spin_lock(&w->lock);
+	uint32_t s = atomic_load_explicit(&n->w.state, memory_order_acquire);
+	if (s < WAITER_FINAL) {
+		unlink_taker(w, n);
+		count_refusal(w, outcome == WAITER_EXPIRED ? ETIMEDOUT : ECANCELED);
+		if (wk)
+			waiter_grant(&n->w, outcome, wk);
+		else
+			atomic_store_explicit(&n->w.state, outcome, memory_order_relaxed);
+	}
+	spin_unlock(&w->lock);
+	return s;
+}
+
+/* Precedence as ts_waitlist_take; where a blocking taker would load, an
+ * async one gets the slot (TS_CREATE) and leaves. */
+TS_API int ts_waitlist_take_async(ts_waitlist *w, int64_t deadline_ns, ts_cancel *cancel,
+				  ts_notifier *ntf, ts_async *node, ts_async_fn fn, void *arg,
+				  void **item)
+{
+	int r;
+
+	if (!item || !w)
+		return EINVAL;
+	if ((r = ts_lib_async_check(ntf, node, fn)))
+		return r;
+	*item = NULL;
+	if (deadline_ns && (r = ts_lib_notifier_reserve(ntf)))
+		return r;
+	struct async_node *a = async_of(node);
+	int64_t now = ts_now_ns();
+	ts_lib_async_prepare(a, ASYNC_TAKE, w, ntf, fn, arg, cancel, now, deadline_ns);
+	struct taker *n = &a->q.take;
+	n->item = NULL;
+	n->loading = false;
+	spin_lock(&w->lock);
+	if (w->n_ready) {
+		*item = w->ready[--w->n_ready];
+		spin_unlock(&w->lock);
+		return 0;
+	}
+	if ((r = refuse(w, deadline_ns, cancel))) {
+		count_refusal(w, r);
+		spin_unlock(&w->lock);
+		return r;
+	}
+	if (slot_free(w)) {
+		w->created++;
+		spin_unlock(&w->lock);
+		return TS_CREATE;
+	}
+	link_tail(w, n);
+	spin_unlock(&w->lock);
+	return ts_lib_async_begin(a);
+}
+
 TS_API bool ts_waitlist_try_take(ts_waitlist *w, void **item)
 {
 	if (!w || !item)
@@ -364,18 +429,17 @@ TS_API bool ts_waitlist_try_take(ts_waitlist *w, void **item)
 	return got;
 }
 
-TS_API bool ts_waitlist_put(ts_waitlist *w, void *item)
+/* Give @item to the oldest idle taker, or push it on the ready stack.
+ * false: closed (unless @even_closed), or the stack could not grow. */
+static bool put_item(ts_waitlist *w, void *item, bool even_closed)
 {
 	struct wakeups wk;
 	bool grow_failed = false;
 
-	if (!w)
-		return false;
-	TS_PROBE2(put, w, item);
 	wakeups_init(&wk);
 	for (;;) {
 		spin_lock(&w->lock);
-		if (w->closed) {
+		if (w->closed && !even_closed) {
 			spin_unlock(&w->lock);
 			return false;
 		}
@@ -402,23 +466,51 @@ TS_API bool ts_waitlist_put(ts_waitlist *w, void *item)
 	}
 }
 
-TS_API void ts_waitlist_discard(ts_waitlist *w)
+TS_API bool ts_waitlist_put(ts_waitlist *w, void *item)
+{
+	if (!w)
+		return false;
+	TS_PROBE2(put, w, item);
+	return put_item(w, item, false);
+}
+
+/* A closed list still hands out ready items, so an item granted before the
+ * close goes back on the stack: never lost. */
+bool ts_lib_waitlist_hand_back(ts_waitlist *w, void *item)
+{
+	return put_item(w, item, true);
+}
+
+/* Free one creation slot for the oldest idle taker.  @why: a discard is
+ * counted as one; a slot given back unused is not. */
+static void free_slot(ts_waitlist *w, bool discard)
 {
 	struct wakeups wk;
 
-	if (!w)
-		return;
-	TS_PROBE1(discard, w);
 	wakeups_init(&wk);
 	spin_lock(&w->lock);
 	if (w->created > 0) {
 		w->created--;
-		w->counters.discards++;
+		if (discard)
+			w->counters.discards++;
 		pass_slot(w, &wk);
 		ts_hook_at(TS_HOOK_UNLOCKING, w);
 	}
 	spin_unlock(&w->lock);
 	wakeups_flush(&wk);
+}
+
+void ts_lib_waitlist_give_back_slot(ts_waitlist *w)
+{
+	free_slot(w, false);
+}
+
+TS_API void ts_waitlist_discard(ts_waitlist *w)
+{
+	if (!w)
+		return;
+	TS_PROBE1(discard, w);
+	free_slot(w, true);
 }
 
 /* Unlink every taker and tell it CLOSED, one wake batch per critical
@@ -441,7 +533,7 @@ TS_API void ts_waitlist_close(ts_waitlist *w)
 		while (w->head && !wakeups_full(&wk)) {
 			struct taker *n = w->head;
 			unlink_taker(w, n);
-			wakeups_add(&wk, waiter_grant(&n->w, WAITER_CLOSED));
+			waiter_grant(&n->w, WAITER_CLOSED, &wk);
 		}
 		more = w->head != NULL;
 		if (more && !gaps++)

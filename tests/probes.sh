@@ -6,7 +6,7 @@
 set -e
 lib=.libs/libturnstile.so
 notes=$(readelf -n "$lib" | awk '/Provider:/ { p = $2 } /Name:/ && p == "libturnstile" { print $2 }' | sort -u)
-expected="close create discard pass__return put resize take__done take__start wait__done wait__fail wait__start"
+expected="async__cancel async__done async__queue close create discard pass__return put resize take__done take__start wait__done wait__fail wait__start"
 if [ "$TS_USDT" = yes ]; then
 	for probe in $expected; do
 		echo "$notes" | grep -qx "$probe" || { echo "probes: $probe missing from $lib" >&2; exit 1; }

@@ -25,7 +25,7 @@ Test(version_and_errors, the_running_library_reports_the_version_it_was_built_as
 Test(version_and_errors, each_result_reads_in_the_librarys_words)
 {
 	static const int results[] = { 0, EINVAL, ENOMEM, ETIMEDOUT, ECANCELED, ESHUTDOWN,
-				       EAGAIN, EBUSY, EINPROGRESS, ENOENT, EALREADY };
+				       EAGAIN, EBUSY, EINPROGRESS, ENOENT, EALREADY, TS_CREATE };
 	for (size_t i = 0; i < sizeof(results) / sizeof(results[0]); i++) {
 		const char *text = ts_strerror(results[i]);
 		cr_assert_not_null(text);
@@ -39,12 +39,13 @@ Test(version_and_errors, each_result_reads_in_the_librarys_words)
 	cr_assert(strstr(ts_strerror(ETIMEDOUT), "deadline"));
 	cr_assert(strstr(ts_strerror(ECANCELED), "cancel"));
 	cr_assert(strstr(ts_strerror(EAGAIN), "waiters"));
+	cr_assert(strstr(ts_strerror(TS_CREATE), "creation slot"));
 }
 
 Test(version_and_errors, a_load_functions_own_error_reads_as_the_c_library_says)
 {
 	cr_assert_str_eq(ts_strerror(ECONNREFUSED), "Connection refused");
 	cr_assert_str_eq(ts_strerror(EIO), "Input/output error");
-	cr_assert_str_eq(ts_strerror(-1), "unknown error");
+	cr_assert_str_eq(ts_strerror(-2), "unknown error");
 	cr_assert_str_eq(ts_strerror(1 << 20), "unknown error");
 }

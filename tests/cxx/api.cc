@@ -5,6 +5,8 @@
 // every function is right; the behaviour itself is tested in C.
 #include <turnstile.h>
 
+#include <poll.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -23,6 +25,30 @@ static int load_one(void *arg, void **item)
 {
 	*item = arg;
 	return 0;
+}
+
+// The outcome of an event-loop wait, as its callback saw it.
+struct outcome {
+	int result = -99;
+	ts_pass pass = TS_PASS_NONE;
+	void *item = nullptr;
+};
+
+static void record(ts_async *node, int result, void *arg)
+{
+	outcome *o = static_cast<outcome *>(arg);
+	o->result = result;
+	o->pass = ts_async_pass(node);
+	o->item = ts_async_item(node);
+}
+
+// Wait for the notifier's fd, as a loop would, then dispatch.
+static int dispatch_when_readable(ts_notifier *n)
+{
+	pollfd pfd = { ts_notifier_fd(n), POLLIN, 0 };
+	if (poll(&pfd, 1, 5000) != 1)
+		return -1;
+	return ts_notifier_dispatch(n);
 }
 
 static void each_shard(int shard, int64_t available, int64_t waiting, void *arg)
@@ -118,6 +144,59 @@ int main()
 	ts_waitlist_close(w);
 	CHECK(!ts_waitlist_put(w, &token));
 	ts_waitlist_free(w);
+
+	// Event-loop waiters: a turn queued behind a pass another thread holds,
+	// withdrawn once and then granted; a job's turn; takes that create, get
+	// an item later through the callback, and get one at once.
+	ts_notifier *n = ts_notifier_new();
+	CHECK(n != nullptr);
+	CHECK(ts_notifier_fd(n) >= 0);
+	ts_turnstile *lt = ts_turnstile_new(1);
+	ts_pass held = TS_PASS_NONE;
+	CHECK(ts_turnstile_wait(lt, &claim, 0, nullptr, &held) == 0);
+	ts_async node = TS_ASYNC_INIT;
+	outcome got_turn;
+	ts_pass now = TS_PASS_NONE;
+	CHECK(ts_turnstile_wait_async(lt, &claim, 0, nullptr, n, &node, record, &got_turn, &now) ==
+	      EINPROGRESS);
+	CHECK(ts_turnstile_wait_async(lt, &claim, 0, nullptr, n, &node, record, &got_turn, &now) ==
+	      EBUSY);
+	CHECK(ts_async_cancel(&node) == 0);
+	CHECK(ts_async_cancel(&node) == ENOENT);
+	CHECK(ts_notifier_dispatch(n) == 0 && got_turn.result == -99);
+	CHECK(ts_turnstile_wait_async(lt, &claim, ts_now_ns() + 5000000000LL, nullptr, n, &node,
+				      record, &got_turn, &now) == EINPROGRESS);
+	CHECK(ts_notifier_free(n) == EBUSY);
+	std::thread holder([&] { ts_pass_return(&held); });
+	holder.join();
+	CHECK(dispatch_when_readable(n) == 1);
+	CHECK(got_turn.result == 0 && ts_pass_issued(&got_turn.pass));
+	ts_pass_return(&got_turn.pass);
+	ts_job loose = TS_JOB_INIT; // nothing orders it: 0 at once, unissued
+	CHECK(ts_wait_turn_async(&loose, n, &node, record, &got_turn, &now) == 0);
+	CHECK(!ts_pass_issued(&now));
+	ts_turnstile_free(lt);
+
+	ts_waitlist *lw = ts_waitlist_new(1, 0);
+	outcome take;
+	void *got = &token;
+	CHECK(ts_waitlist_take_async(lw, 0, nullptr, n, &node, record, &take, &got) == TS_CREATE);
+	CHECK(got == nullptr);
+	CHECK(ts_waitlist_take_async(lw, 0, nullptr, n, &node, record, &take, &got) ==
+	      EINPROGRESS);
+	CHECK(ts_waitlist_put(lw, &token)); // made on the loop, handed to the queued take
+	CHECK(dispatch_when_readable(n) == 1);
+	CHECK(take.result == 0 && take.item == &token);
+	CHECK(ts_waitlist_put(lw, take.item));
+	CHECK(ts_waitlist_take_async(lw, 0, nullptr, n, &node, record, &take, &got) == 0);
+	CHECK(got == &token);
+	CHECK(ts_waitlist_put(lw, got)); // every item back before the free
+	ts_notifier_counters nc;
+	ts_notifier_read_counters(n, &nc);
+	CHECK(nc.callbacks == 2 && nc.completions == 2);
+	CHECK(ts_notifier_free(n) == 0);
+	ts_waitlist_close(lw);
+	ts_waitlist_free(lw);
 
 	if (failures)
 		return 1;

@@ -1,0 +1,165 @@
+/* SPDX-License-Identifier: MIT */
+/* libturnstile — event-loop waiters: turns and items for threads that must
+ * never block (an epoll or libuv loop serving thousands of clients).
+ *
+ * An async wait joins the SAME queue as blocking waits, in the same order
+ * (band, since, seq, arrival for a turnstile; FIFO for a waitlist).  Its
+ * outcome is delivered later by a callback, run by the loop itself:
+ *
+ *   ts_notifier   one per loop thread.  Its file descriptor is readable
+ *                 while ts_notifier_dispatch has work: a wait completed (on
+ *                 any thread) or the earliest pending deadline passed.  The
+ *                 caller polls it; it needs no timer of its own.
+ *   ts_async      the caller's node (embed it in the client's struct); no
+ *                 allocation per wait.  TS_ASYNC_INIT (all zero, so calloc
+ *                 memory counts) before first use.
+ *
+ * A node is PENDING from an _async call that returns EINPROGRESS until its
+ * callback begins or ts_async_cancel returns.  While pending it must stay
+ * in place.  Inside its callback it is no longer pending: the callback may
+ * queue it again or free it; the library never touches a node again once
+ * its callback has begun.
+ *
+ * Where callbacks run: only inside ts_notifier_dispatch, on the thread that
+ * calls it, with no library lock held, in the order the waits completed —
+ * never inside the call that queued the wait, never on a granting thread.
+ * A callback may call any library function.
+ *
+ * Threads: calls naming a notifier or its nodes (the _async calls,
+ * ts_async_cancel, ts_notifier_dispatch, ts_notifier_free) are made on one
+ * thread at a time — the loop's.  Grants come from any thread (a return,
+ * put, resize, close or cancel fire): they complete the node and make the
+ * fd readable.  The fd is written only when the notifier goes from nothing
+ * pending to something pending, so a burst of K completions costs one
+ * write, and always gives exactly K callbacks.
+ */
+#ifndef TURNSTILE_ASYNC_H
+#define TURNSTILE_ASYNC_H
+
+#include <turnstile/common.h>
+#include <turnstile/cancel.h>
+#include <turnstile/job.h>
+#include <turnstile/turnstile.h>
+#include <turnstile/waitlist.h>
+
+TS_BEGIN_DECLS
+
+typedef struct ts_notifier ts_notifier;
+
+/* The caller's node.  Complete so that it can be embedded; every member is
+ * private (the size is part of the ABI). */
+typedef struct ts_async {
+	uint64_t private_storage[64];
+} ts_async;
+
+/* Static initializer: a node that is not pending. */
+#define TS_ASYNC_INIT { { 0 } }
+
+/* The outcome of an async wait: @result is 0 (a pass: ts_async_pass; an
+ * item: ts_async_item), TS_CREATE, ETIMEDOUT, ECANCELED or ESHUTDOWN. */
+typedef void (*ts_async_fn)(ts_async *node, int result, void *arg);
+
+/* A waitlist take's result when nothing was ready and a creation slot is
+ * now the taker's (it is out of the queue).  Negative, so it is never an
+ * errno value.  The taker makes an item without blocking its loop and owns
+ * it as if taken (ts_waitlist_put when done), or, if making it fails, gives
+ * the slot back with ts_waitlist_discard (the slot goes to the oldest
+ * taker). */
+#define TS_CREATE (-1)
+
+/* Counters of one notifier, read on its loop thread. */
+typedef struct ts_notifier_counters {
+	uint64_t callbacks;   /* callbacks run */
+	uint64_t completions; /* completions pushed by granting threads */
+	uint64_t fd_writes;   /* times the fd was made readable by a write */
+	uint64_t timeouts;    /* waits ended by their deadline */
+} ts_notifier_counters;
+
+/* ts_notifier_new - a notifier for one event-loop thread.  NULL + errno:
+ * ENOMEM, or EMFILE/ENFILE (it uses three file descriptors: an epoll fd
+ * over an eventfd and a timerfd). */
+TS_API ts_notifier *ts_notifier_new(void);
+
+/* ts_notifier_free - close and free @n.  EBUSY (nothing freed) while a wait
+ * is still pending on it; EINVAL for NULL.  It may run while a thread that
+ * completed one of its waits is still inside that call: it waits until that
+ * thread no longer touches @n.  Loop thread only. */
+TS_API int ts_notifier_free(ts_notifier *n);
+
+/* ts_notifier_fd - the descriptor to poll for POLLIN (EPOLLIN, uv_poll_t
+ * UV_READABLE), level-triggered: readable while ts_notifier_dispatch has
+ * work to do.  Owned by @n: do not read, write or close it.  NULL: -1 with
+ * errno EINVAL. */
+TS_API int ts_notifier_fd(const ts_notifier *n);
+
+/* ts_notifier_dispatch - run the callbacks of the waits that completed or
+ * whose deadline passed, in the order they completed; returns how many ran.
+ * Never blocks.  A completion that lands while it runs is left for the next
+ * call (the fd stays readable).  A nested call from a callback runs nothing
+ * and returns 0.  NULL: 0.  Loop thread only. */
+TS_API int ts_notifier_dispatch(ts_notifier *n);
+
+/* ts_notifier_read_counters - copy @n's counters into @out (zeros for NULL
+ * @n; NULL @out: no-op).  Loop thread only. */
+TS_API void ts_notifier_read_counters(const ts_notifier *n, ts_notifier_counters *out);
+
+/* ts_turnstile_wait_async - ask @t for a turn for @claim without blocking.
+ * At once: 0 (*pass issued, @fn will not run), ESHUTDOWN, ECANCELED (@cancel
+ * already fired), ETIMEDOUT (@deadline_ns passed and no pass is free), or
+ * EINPROGRESS: queued in @claim's place; @fn(node, result, @arg) runs later
+ * in ts_notifier_dispatch(@n) with 0 (the pass: ts_async_pass), ETIMEDOUT,
+ * ECANCELED or ESHUTDOWN.  A pass granted before the deadline, cancel or
+ * close landed is a success, as for blocking waits.  EINVAL: @t, @claim, @n,
+ * @node, @fn or @pass NULL; EBUSY: @node already pending (both with no side
+ * effect; *pass is not written); ENOMEM: the deadline heap could not grow.
+ * Otherwise *pass is unissued unless the result is 0.  @cancel must outlive
+ * the wait. */
+TS_API int ts_turnstile_wait_async(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
+				   ts_cancel *cancel, ts_notifier *n, ts_async *node,
+				   ts_async_fn fn, void *arg, ts_pass *pass);
+
+/* ts_wait_turn_async - ts_wait_turn for event loops: the turn of @job on its
+ * shard, with the job's deadline and cancel token.  Fails open as
+ * ts_wait_turn: 0 at once (*pass issued, or unissued when nothing orders the
+ * job or the wait was refused), or EINPROGRESS: @fn later gets result 0 and
+ * ts_async_pass gives the pass — unissued if the wait timed out, was
+ * cancelled or closed.  EINVAL / EBUSY / ENOMEM as ts_turnstile_wait_async. */
+TS_API int ts_wait_turn_async(ts_job *job, ts_notifier *n, ts_async *node, ts_async_fn fn,
+			      void *arg, ts_pass *pass);
+
+/* ts_waitlist_take_async - take an item from @w without blocking.  At once:
+ * 0 (*item: a ready item, whatever the state), TS_CREATE (nothing ready, a
+ * creation slot is free and now the caller's), ESHUTDOWN, ECANCELED,
+ * ETIMEDOUT, EAGAIN (max_waiters queued); or EINPROGRESS: queued FIFO with
+ * the blocking takers; @fn runs later with 0 (ts_async_item), TS_CREATE, ETIMEDOUT,
+ * ECANCELED or ESHUTDOWN.  EINVAL: @w, @n, @node, @fn or @item NULL; EBUSY:
+ * @node already pending (neither writes *item); ENOMEM: the deadline heap
+ * could not grow.  Otherwise *item is NULL unless the result is 0.  The
+ * pool's own refusals are counted in ts_waitlist_read_counters. */
+TS_API int ts_waitlist_take_async(ts_waitlist *w, int64_t deadline_ns, ts_cancel *cancel,
+				  ts_notifier *n, ts_async *node, ts_async_fn fn, void *arg,
+				  void **item);
+
+/* ts_async_pass - inside @node's callback with result 0 of a turn: the
+ * pass (return it with ts_pass_return).  TS_PASS_NONE otherwise. */
+TS_API ts_pass ts_async_pass(ts_async *node);
+
+/* ts_async_item - inside @node's callback with result 0 of a take: the
+ * item.  NULL otherwise. */
+TS_API void *ts_async_item(ts_async *node);
+
+/* ts_async_cancel - withdraw @node's pending wait.  0: withdrawn before it
+ * completed; EALREADY: it had completed but was not dispatched yet — a pass
+ * it got was returned (to the next waiter in order), an item handed on (to
+ * the oldest taker, or the ready stack), a creation slot given back;
+ * ENOENT: not pending (never queued, already dispatched, or NULL).  On
+ * return the library holds no reference to @node and its callback will not
+ * run: the caller may free it at once.  One case hands the outcome back
+ * instead: ENOMEM when an item could go neither to a taker nor onto the
+ * ready stack (it could not grow); the item is then ts_async_item(@node),
+ * the caller's.  Loop thread only. */
+TS_API int ts_async_cancel(ts_async *node);
+
+TS_END_DECLS
+
+#endif

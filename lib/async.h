@@ -1,0 +1,125 @@
+/* SPDX-License-Identifier: MIT */
+/* Private: event-loop nodes and their notifier (public side: async.h).
+ *
+ * An async node is a queue node like a parked thread's — the same
+ * struct turn_waiter or struct taker, in the same queue under the same
+ * lock — whose waiter has w.async set.  The one place that differs is
+ * how a grant is told (waiter_grant in waiter.h):
+ *
+ *   granter, under the queue lock:   state = outcome (final)
+ *                                    hold the notifier (holds++)
+ *                                    push the node on n->stack
+ *                                    if signalled 0 -> 1: owe a kick
+ *   granter, after unlocking:        kick: write the eventfd
+ *                                    release the hold (holds--)
+ *   loop, in dispatch:               signalled = 0, drain the eventfd,
+ *                                    take the whole stack, run callbacks
+ *
+ * OWNERSHIP.  While a node is linked in a queue, that queue's lock owns
+ * its links, as for any waiter.  The final state is decided exactly once,
+ * under that lock, by whoever gets there first: a grant, a close, a cancel
+ * fire (all of which push the node), or the loop itself withdrawing it
+ * (ts_async_cancel, a deadline: no push).  So a loop that takes the queue
+ * lock and finds a final state knows the node is already on its stack or
+ * its ready list: nothing can still be on its way to it.  The push is the
+ * granter's last touch of the node; its hold keeps the NOTIFIER alive
+ * until its kick is written (ts_notifier_free waits for holds == 0).
+ *
+ * NO LOST WAKE-UP.  Push happens before the exchange on signalled, and
+ * dispatch clears signalled before it takes the stack: a granter that
+ * finds signalled already 1 pushed before the dispatcher's clear, so that
+ * dispatch's take sees its node; one that finds 0 writes the fd itself.
+ *
+ * Everything else in the notifier and in a pending node (ready list,
+ * deadline heap, pending count, flags) belongs to the loop thread alone. */
+#ifndef TS_LIB_ASYNC_H
+#define TS_LIB_ASYNC_H
+
+#include <turnstile/async.h>
+
+#include "turnstile_impl.h"
+#include "waiter.h"
+#include "waitlist_impl.h"
+
+enum async_kind { ASYNC_TURN = 1, ASYNC_TAKE = 2 };
+
+struct async_node {
+	union {
+		struct turn_waiter turn; /* ASYNC_TURN: in the turnstile's skiplist */
+		struct taker take;       /* ASYNC_TAKE: in the waitlist's queue */
+	} q;
+	struct ts_notifier *notifier;
+	void *object;              /* the ts_turnstile or ts_waitlist */
+	ts_async_fn fn;
+	void *arg;
+	ts_cancel *cancel;         /* registered on it while pending */
+	int64_t start_ns, deadline_ns;
+	size_t heap_slot;          /* 1 + index in the deadline heap; 0: none */
+	struct async_node *stack_next;              /* the completion stack */
+	struct async_node *ready_prev, *ready_next; /* the loop's ready list */
+	ts_pass pass;              /* the callback's pass (result 0 of a turn) */
+	void *item;                /* the callback's item (result 0 of a take) */
+	unsigned char kind;
+	bool pending, in_ready, fail_open;
+};
+_Static_assert(sizeof(struct async_node) <= sizeof(ts_async),
+	       "ts_async's private storage holds an async node");
+_Static_assert(_Alignof(struct async_node) <= _Alignof(ts_async),
+	       "ts_async is aligned for an async node");
+
+static inline struct async_node *async_of(ts_async *node)
+{
+	return (struct async_node *)(void *)node;
+}
+
+static inline waiter *async_waiter(struct async_node *a)
+{
+	return a->kind == ASYNC_TURN ? &a->q.turn.w : &a->q.take.w;
+}
+
+/* async.c — a node's life on its loop thread. */
+
+/* The bad input every _async call refuses first: EINVAL, EBUSY or 0. */
+int ts_lib_async_check(ts_notifier *n, ts_async *node, ts_async_fn fn);
+
+/* Fill @a for a wait on @object and init its waiter (the queue links are
+ * the caller's to set).  Not pending yet. */
+void ts_lib_async_prepare(struct async_node *a, enum async_kind kind, void *object,
+			  ts_notifier *n, ts_async_fn fn, void *arg, ts_cancel *cancel,
+			  int64_t start_ns, int64_t deadline_ns);
+
+/* @a was queued (EINPROGRESS): make it pending, watch its deadline and its
+ * cancel token.  Returns EINPROGRESS, or ECANCELED if the token fired
+ * before it was watched and the node could still be withdrawn. */
+int ts_lib_async_begin(struct async_node *a);
+
+/* cancel.c, under the token's lock: the token fired; withdraw @a if it is
+ * still queued, completing it with ECANCELED. */
+void ts_lib_async_fire(struct async_node *a, struct wakeups *wk);
+
+/* Withdraw @a from its queue if it is still there, giving it the final
+ * state @outcome, pushed (@wk non-NULL: another thread's fire) or not (the
+ * loop itself).  Returns the state found under the lock: below
+ * WAITER_FINAL means it was withdrawn now.  turnstile.c, waitlist.c. */
+uint32_t ts_lib_turnstile_withdraw(struct async_node *a, uint32_t outcome, struct wakeups *wk);
+uint32_t ts_lib_waitlist_withdraw(struct async_node *a, uint32_t outcome, struct wakeups *wk);
+
+/* waitlist.c: hand on what a cancelled-after-completion take got.  An
+ * item goes to the oldest idle taker or the ready stack, closed or not
+ * (false: the stack could not grow); a slot is given back. */
+bool ts_lib_waitlist_hand_back(ts_waitlist *w, void *item);
+void ts_lib_waitlist_give_back_slot(ts_waitlist *w);
+
+/* turnstile.c: ts_turnstile_wait_async, failing open for jobs. */
+int ts_lib_turnstile_wait_async(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
+				ts_cancel *cancel, ts_notifier *n, ts_async *node,
+				ts_async_fn fn, void *arg, ts_pass *pass, bool fail_open);
+
+/* notifier.c — the loop's side. */
+void ts_lib_notifier_track(ts_notifier *n, struct async_node *a); /* pending++, deadline */
+void ts_lib_notifier_untrack(ts_notifier *n, struct async_node *a);
+void ts_lib_notifier_collect(ts_notifier *n);  /* stack -> ready list */
+void ts_lib_notifier_unready(ts_notifier *n, struct async_node *a);
+int ts_lib_notifier_reserve(ts_notifier *n);  /* room for one more deadline */
+
+#endif

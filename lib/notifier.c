@@ -1,0 +1,389 @@
+/* SPDX-License-Identifier: MIT */
+/* Notifier: one per event-loop thread — the completion stack granters push
+ * to, the fd that tells the loop, its deadline heap, and dispatch.  The
+ * protocol and who owns what: lib/async.h. */
+#include <turnstile/async.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include "async.h"
+#include "busy.h"
+#include "hook.h"
+#include "probe.h"
+
+struct ts_notifier {
+	/* written by granting threads */
+	_Alignas(64) _Atomic(struct async_node *) stack;
+	_Atomic uint32_t signalled; /* a kick is owed or written since the last dispatch began */
+	_Atomic uint32_t holds;     /* granters between push and release (busy.h) */
+	_Atomic uint64_t completions, fd_writes;
+	/* the loop thread's alone */
+	_Alignas(64) int epfd, evfd, tfd;
+	bool dispatching;
+	size_t pending;
+	struct async_node *ready_head, *ready_tail;
+	struct async_node **heap; /* min-heap of pending deadlines */
+	size_t heap_len, heap_room;
+	int64_t armed_at; /* the timerfd's deadline, 0: disarmed */
+	uint64_t callbacks, timeouts;
+};
+
+TS_API ts_notifier *ts_notifier_new(void)
+{
+	ts_notifier *n = aligned_alloc(64, sizeof(*n));
+	if (!n) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	*n = (ts_notifier){ .epfd = -1, .evfd = -1, .tfd = -1 };
+	n->epfd = epoll_create1(EPOLL_CLOEXEC);
+	n->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	n->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	struct epoll_event ev = { .events = EPOLLIN };
+	if (n->epfd < 0 || n->evfd < 0 || n->tfd < 0 ||
+	    epoll_ctl(n->epfd, EPOLL_CTL_ADD, n->evfd, &ev) ||
+	    epoll_ctl(n->epfd, EPOLL_CTL_ADD, n->tfd, &ev)) {
+		int err = errno;
+		for (int *fd = &n->epfd; fd <= &n->tfd; fd++)
+			if (*fd >= 0)
+				close(*fd);
+		free(n);
+		errno = err;
+		return NULL;
+	}
+	return n;
+}
+
+TS_API int ts_notifier_free(ts_notifier *n)
+{
+	if (!n)
+		return EINVAL;
+	if (n->pending)
+		return EBUSY;
+	busy_wait_idle(&n->holds); /* a granter may still owe its kick */
+	close(n->epfd);
+	close(n->evfd);
+	close(n->tfd);
+	free(n->heap);
+	free(n);
+	return 0;
+}
+
+TS_API int ts_notifier_fd(const ts_notifier *n)
+{
+	if (!n) {
+		errno = EINVAL;
+		return -1;
+	}
+	return n->epfd;
+}
+
+TS_API void ts_notifier_read_counters(const ts_notifier *n, ts_notifier_counters *out)
+{
+	if (!out)
+		return;
+	*out = (ts_notifier_counters){ 0 };
+	if (!n)
+		return;
+	out->callbacks = n->callbacks;
+	out->completions = atomic_load_explicit(&n->completions, memory_order_relaxed);
+	out->fd_writes = atomic_load_explicit(&n->fd_writes, memory_order_relaxed);
+	out->timeouts = n->timeouts;
+}
+
+/* --- the granting side (any thread) ------------------------------------ */
+
+/* The seam's async half (waiter_grant): under the queue lock of @a. */
+void ts_lib_async_complete(struct async_node *a, uint32_t outcome, struct wakeups *wk)
+{
+	ts_notifier *n = a->notifier;
+	waiter *w = async_waiter(a);
+
+	atomic_store_explicit(&w->state, outcome, memory_order_release);
+	ts_hook_at(TS_HOOK_GRANTED, &w->state);
+	/* The hold first: once pushed, the node may be dispatched and the
+	 * notifier freed, but not while we hold it. */
+	atomic_fetch_add_explicit(&n->holds, 1, memory_order_relaxed);
+	struct async_node *top = atomic_load_explicit(&n->stack, memory_order_relaxed);
+	do
+		a->stack_next = top;
+	while (!atomic_compare_exchange_weak_explicit(&n->stack, &top, a, memory_order_release,
+						      memory_order_relaxed));
+	/* @a is the loop's now: not touched again */
+	atomic_fetch_add_explicit(&n->completions, 1, memory_order_relaxed);
+	bool kick = !atomic_exchange_explicit(&n->signalled, 1, memory_order_acq_rel);
+	wakeups_add_notifier(wk, n, kick);
+}
+
+static void write_fd(ts_notifier *n)
+{
+	uint64_t one = 1;
+	atomic_fetch_add_explicit(&n->fd_writes, 1, memory_order_relaxed);
+	/* Cannot fail but on counter overflow (EAGAIN), which still leaves
+	 * the fd readable. */
+	ssize_t r = write(n->evfd, &one, sizeof(one));
+	(void)r;
+}
+
+/* After the queue lock is dropped (wakeups_flush). */
+void ts_lib_notifier_release(ts_notifier *n, bool kick)
+{
+	if (kick)
+		write_fd(n);
+	busy_leave(&n->holds); /* the last touch of n */
+}
+
+/* --- the ready list (loop thread) --------------------------------------- */
+
+static void ready_append(ts_notifier *n, struct async_node *a)
+{
+	a->ready_next = NULL;
+	a->ready_prev = n->ready_tail;
+	if (n->ready_tail)
+		n->ready_tail->ready_next = a;
+	else
+		n->ready_head = a;
+	n->ready_tail = a;
+	a->in_ready = true;
+}
+
+void ts_lib_notifier_unready(ts_notifier *n, struct async_node *a)
+{
+	if (!a->in_ready)
+		return;
+	if (a->ready_prev)
+		a->ready_prev->ready_next = a->ready_next;
+	else
+		n->ready_head = a->ready_next;
+	if (a->ready_next)
+		a->ready_next->ready_prev = a->ready_prev;
+	else
+		n->ready_tail = a->ready_prev;
+	a->in_ready = false;
+}
+
+/* Move every pushed completion to the ready list, oldest first (the stack
+ * is newest first). */
+void ts_lib_notifier_collect(ts_notifier *n)
+{
+	struct async_node *a = atomic_exchange_explicit(&n->stack, NULL, memory_order_acquire);
+	struct async_node *oldest_first = NULL;
+
+	while (a) {
+		struct async_node *next = a->stack_next;
+		a->stack_next = oldest_first;
+		oldest_first = a;
+		a = next;
+	}
+	for (a = oldest_first; a; a = a->stack_next)
+		ready_append(n, a);
+}
+
+/* --- the deadline heap (loop thread) ------------------------------------ */
+
+static bool heap_less(const ts_notifier *n, size_t i, size_t j)
+{
+	return n->heap[i]->deadline_ns < n->heap[j]->deadline_ns;
+}
+
+static void heap_swap(ts_notifier *n, size_t i, size_t j)
+{
+	struct async_node *t = n->heap[i];
+	n->heap[i] = n->heap[j];
+	n->heap[j] = t;
+	n->heap[i]->heap_slot = i + 1;
+	n->heap[j]->heap_slot = j + 1;
+}
+
+static void heap_up(ts_notifier *n, size_t i)
+{
+	while (i > 0 && heap_less(n, i, (i - 1) / 2)) {
+		heap_swap(n, i, (i - 1) / 2);
+		i = (i - 1) / 2;
+	}
+}
+
+static void heap_down(ts_notifier *n, size_t i)
+{
+	for (;;) {
+		size_t l = 2 * i + 1, r = l + 1, m = i;
+		if (l < n->heap_len && heap_less(n, l, m))
+			m = l;
+		if (r < n->heap_len && heap_less(n, r, m))
+			m = r;
+		if (m == i)
+			return;
+		heap_swap(n, i, m);
+		i = m;
+	}
+}
+
+int ts_lib_notifier_reserve(ts_notifier *n)
+{
+	if (n->heap_len < n->heap_room)
+		return 0;
+	size_t room = n->heap_room ? 2 * n->heap_room : 64;
+	struct async_node **h = realloc(n->heap, room * sizeof(*h));
+	if (!h)
+		return ENOMEM;
+	n->heap = h;
+	n->heap_room = room;
+	return 0;
+}
+
+static void heap_remove(ts_notifier *n, struct async_node *a)
+{
+	size_t i = a->heap_slot - 1;
+	a->heap_slot = 0;
+	if (i != --n->heap_len) {
+		n->heap[i] = n->heap[n->heap_len];
+		n->heap[i]->heap_slot = i + 1;
+		heap_up(n, i);
+		heap_down(n, i);
+	}
+}
+
+/* Arm the timerfd for the earliest deadline when that is sooner than what
+ * it is armed for.  A later deadline leaves it armed early: it then fires
+ * once for nothing and dispatch arms it again. */
+static void arm(ts_notifier *n)
+{
+	if (!n->heap_len)
+		return;
+	int64_t d = n->heap[0]->deadline_ns;
+	if (n->armed_at && n->armed_at <= d)
+		return;
+	struct itimerspec its = { .it_value = { d / 1000000000, d % 1000000000 } };
+	if (timerfd_settime(n->tfd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
+		n->armed_at = d;
+}
+
+/* A wait became pending (heap room reserved by ts_lib_notifier_reserve). */
+void ts_lib_notifier_track(ts_notifier *n, struct async_node *a)
+{
+	n->pending++;
+	if (a->deadline_ns) {
+		n->heap[n->heap_len] = a;
+		a->heap_slot = ++n->heap_len;
+		heap_up(n, n->heap_len - 1);
+		arm(n);
+	}
+}
+
+/* A wait stops being pending: its callback begins, or it was cancelled. */
+void ts_lib_notifier_untrack(ts_notifier *n, struct async_node *a)
+{
+	if (a->heap_slot)
+		heap_remove(n, a);
+	n->pending--;
+}
+
+/* Withdraw every pending wait whose deadline passed; the ones withdrawn
+ * go to the ready list with ETIMEDOUT.  One whose state was already final
+ * is on the stack or the ready list with its outcome.  Deadlines stay in
+ * the heap until untracked, so this only looks at them: the heap is
+ * rebuilt around the ones it skips. */
+static void expire(ts_notifier *n)
+{
+	if (!n->heap_len)
+		return;
+	int64_t now = ts_now_ns();
+	if (n->armed_at && now >= n->armed_at) {
+		uint64_t ticks;
+		ssize_t r = read(n->tfd, &ticks, sizeof(ticks)); /* EAGAIN is fine */
+		(void)r;
+		n->armed_at = 0;
+	}
+	while (n->heap_len && n->heap[0]->deadline_ns <= now) {
+		struct async_node *a = n->heap[0];
+		heap_remove(n, a);
+		uint32_t s = a->kind == ASYNC_TURN
+				     ? ts_lib_turnstile_withdraw(a, WAITER_EXPIRED, NULL)
+				     : ts_lib_waitlist_withdraw(a, WAITER_EXPIRED, NULL);
+		if (s < WAITER_FINAL) {
+			n->timeouts++;
+			ready_append(n, a);
+		}
+	}
+	arm(n);
+}
+
+/* What the callback is told, from the node's final state. */
+static int result_of(struct async_node *a, int64_t now)
+{
+	uint32_t s = atomic_load_explicit(&async_waiter(a)->state, memory_order_acquire);
+	int r;
+
+	a->pass = (ts_pass)TS_PASS_NONE;
+	a->item = NULL;
+	switch (s) {
+	case WAITER_GRANTED:
+		r = 0;
+		if (a->kind == ASYNC_TURN) {
+			a->pass.private_turnstile = a->object;
+			a->pass.private_waited_ns = now - a->start_ns;
+		} else {
+			a->item = a->q.take.item;
+		}
+		break;
+	case WAITER_CREATE:
+		r = TS_CREATE;
+		break;
+	case WAITER_CLOSED:
+		r = ESHUTDOWN;
+		break;
+	case WAITER_CANCELLED:
+		r = ECANCELED;
+		break;
+	default:
+		r = ETIMEDOUT;
+		break;
+	}
+	return a->fail_open ? 0 : r;
+}
+
+TS_API int ts_notifier_dispatch(ts_notifier *n)
+{
+	if (!n || n->dispatching)
+		return 0;
+	n->dispatching = true;
+	/* Clear before taking the stack (NO LOST WAKE-UP in async.h). */
+	atomic_exchange_explicit(&n->signalled, 0, memory_order_acq_rel);
+	uint64_t count;
+	ssize_t got = read(n->evfd, &count, sizeof(count)); /* EAGAIN: nothing written */
+	(void)got;
+	ts_lib_notifier_collect(n);
+	expire(n);
+
+	/* Run what is ready now; a callback's cancel may take nodes out.
+	 * Nodes made ready meanwhile (a cancel collects the stack) wait for
+	 * the next call, which the fd then announces. */
+	size_t budget = 0;
+	for (struct async_node *a = n->ready_head; a; a = a->ready_next)
+		budget++;
+	int ran = 0;
+	int64_t now = ts_now_ns();
+	while (budget-- && n->ready_head) {
+		struct async_node *a = n->ready_head;
+		ts_lib_notifier_unready(n, a);
+		ts_lib_notifier_untrack(n, a);
+		if (a->cancel)
+			ts_lib_cancel_unwatch(a->cancel, async_waiter(a));
+		a->pending = false;
+		int r = result_of(a, now);
+		TS_PROBE3(async__done, a->object, r, now - a->start_ns);
+		n->callbacks++;
+		ran++;
+		TS_CHECK_NO_LOCK_HELD("an async callback");
+		a->fn((ts_async *)a, r, a->arg); /* a may be gone from here on */
+	}
+	if (n->ready_head && !atomic_exchange_explicit(&n->signalled, 1, memory_order_acq_rel))
+		write_fd(n);
+	n->dispatching = false;
+	return ran;
+}
