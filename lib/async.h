@@ -12,8 +12,12 @@
  *                                    if signalled 0 -> 1: owe a kick
  *   granter, after unlocking:        kick: write the eventfd
  *                                    release the hold (holds--)
- *   loop, in dispatch:               signalled = 0, drain the eventfd,
+ *   loop, in dispatch:               drain the eventfd, signalled = 1,
  *                                    take the whole stack, run callbacks
+ *                                    (again while more were pushed, a
+ *                                    few rounds), signalled = 0, and if
+ *                                    anything is left: signalled 0 -> 1,
+ *                                    write the eventfd
  *
  * OWNERSHIP.  While a node is linked in a queue, that queue's lock owns
  * its links, as for any waiter.  The final state is decided exactly once,
@@ -25,10 +29,21 @@
  * granter's last touch of the node; its hold keeps the NOTIFIER alive
  * until its kick is written (ts_notifier_free waits for holds == 0).
  *
- * NO LOST WAKE-UP.  Push happens before the exchange on signalled, and
- * dispatch clears signalled before it takes the stack: a granter that
- * finds signalled already 1 pushed before the dispatcher's clear, so that
- * dispatch's take sees its node; one that finds 0 writes the fd itself.
+ * NO LOST WAKE-UP.  signalled == 1 means "the fd has been written for
+ * what is on the stack, or a dispatch is running and will look at the
+ * stack before it ends".  A granter pushes BEFORE its exchange, so:
+ *  - finding 0, it writes the fd itself;
+ *  - finding 1 set by a granter that wrote, its push came before a later
+ *    dispatch's claim (dispatch drains the fd before it sets signalled,
+ *    so a write it consumed was made before its claim), and that
+ *    dispatch's collect sees it; a write not consumed keeps the fd
+ *    readable;
+ *  - finding 1 set by a running dispatch, its push came before that
+ *    dispatch's final clear, after which dispatch looks at the stack.
+ * The first version cleared signalled before draining the fd: a write
+ * consumed by that drain could belong to a granter whose 0 -> 1 came
+ * after the clear, and a later push then found 1 with the fd empty — a
+ * loop asleep forever (the async benchmark hung on it). 
  *
  * Everything else in the notifier and in a pending node (ready list,
  * deadline heap, pending count, flags) belongs to the loop thread alone. */
@@ -44,6 +59,7 @@
 enum async_kind { ASYNC_TURN = 1, ASYNC_TAKE = 2 };
 
 struct async_node {
+	bool pending;              /* ts_async's private_pending: read inline */
 	union {
 		struct turn_waiter turn; /* ASYNC_TURN: in the turnstile's skiplist */
 		struct taker take;       /* ASYNC_TAKE: in the waitlist's queue */
@@ -60,12 +76,14 @@ struct async_node {
 	ts_pass pass;              /* the callback's pass (result 0 of a turn) */
 	void *item;                /* the callback's item (result 0 of a take) */
 	unsigned char kind;
-	bool pending, in_ready, fail_open;
+	bool in_ready, fail_open;
 };
 _Static_assert(sizeof(struct async_node) <= sizeof(ts_async),
 	       "ts_async's private storage holds an async node");
 _Static_assert(_Alignof(struct async_node) <= _Alignof(ts_async),
 	       "ts_async is aligned for an async node");
+_Static_assert(offsetof(struct async_node, pending) == offsetof(ts_async, private_pending),
+	       "the inline fast path reads a node's pending flag");
 
 static inline struct async_node *async_of(ts_async *node)
 {

@@ -18,6 +18,11 @@
 
 #include "futex.h"
 
+/* The count, and a bit set by a free function that sleeps until it is 0:
+ * the last leave wakes only then, so the common case makes no system
+ * call (an event-loop completion holds its notifier this way each time). */
+#define BUSY_WAITED 0x80000000u
+
 /* Under the object's lock, before the first of several unlocks. */
 static inline void busy_enter(_Atomic uint32_t *busy)
 {
@@ -27,16 +32,23 @@ static inline void busy_enter(_Atomic uint32_t *busy)
 /* The call's last touch of the object: then only a wake by address. */
 static inline void busy_leave(_Atomic uint32_t *busy)
 {
-	if (atomic_fetch_sub_explicit(busy, 1, memory_order_release) == 1)
+	if (atomic_fetch_sub_explicit(busy, 1, memory_order_release) == (BUSY_WAITED | 1))
 		futex_wake(busy, 1);
 }
 
 /* In the free function: wait for every busy stretch to end. */
 static inline void busy_wait_idle(_Atomic uint32_t *busy)
 {
-	uint32_t b;
-	while ((b = atomic_load_explicit(busy, memory_order_acquire)) != 0)
-		futex_wait(busy, b, 0);
+	uint32_t b = atomic_load_explicit(busy, memory_order_acquire);
+	while (b & ~BUSY_WAITED) {
+		if (!(b & BUSY_WAITED) &&
+		    !atomic_compare_exchange_weak_explicit(busy, &b, b | BUSY_WAITED,
+							   memory_order_acquire,
+							   memory_order_acquire))
+			continue; /* b reloaded: look again */
+		futex_wait(busy, b | BUSY_WAITED, 0);
+		b = atomic_load_explicit(busy, memory_order_acquire);
+	}
 }
 
 #endif

@@ -45,14 +45,18 @@ static bool nudge_batch(ts_cancel *c)
 
 	wakeups_init(&wk);
 	spin_lock(&c->private_lock);
-	for (waiter *w = c->private_waiters; w && !wakeups_full(&wk); w = w->cancel_next) {
+	/* room for two entries: an async node's notifier and its queue lock */
+	for (waiter *w = c->private_waiters; w && wk.n <= WAKE_BATCH - 2; w = w->cancel_next) {
 		if (w->async) {
 			/* An event-loop node: withdrawn under its queue's lock
 			 * (lock order: token, then queue) and pushed to its
 			 * notifier with ECANCELED, unless a grant got there
 			 * first.  It stays on this list until its loop
-			 * unwatches it; later passes find it final. */
-			ts_lib_async_fire(w->async, &wk);
+			 * unwatches it (under this lock, before its callback
+			 * or cancel ends), so a final state seen here stays
+			 * final: no need to lock its queue again. */
+			if (atomic_load_explicit(&w->state, memory_order_acquire) < WAITER_FINAL)
+				ts_lib_async_fire(w->async, &wk);
 			continue;
 		}
 		uint32_t s = WAITER_SLEEPING;
@@ -62,7 +66,7 @@ static bool nudge_batch(ts_cancel *c)
 			wakeups_add(&wk, &w->state);
 	}
 	spin_unlock(&c->private_lock);
-	bool more = wakeups_full(&wk);
+	bool more = wk.n > WAKE_BATCH - 2;
 	wakeups_flush(&wk);
 	return more;
 }

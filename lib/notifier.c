@@ -19,7 +19,7 @@
 struct ts_notifier {
 	/* written by granting threads */
 	_Alignas(64) _Atomic(struct async_node *) stack;
-	_Atomic uint32_t signalled; /* a kick is owed or written since the last dispatch began */
+	_Atomic uint32_t signalled; /* 1: the fd is written, or a dispatch runs (async.h) */
 	_Atomic uint32_t holds;     /* granters between push and release (busy.h) */
 	_Atomic uint64_t completions, fd_writes;
 	/* the loop thread's alone */
@@ -63,7 +63,7 @@ TS_API int ts_notifier_free(ts_notifier *n)
 {
 	if (!n)
 		return EINVAL;
-	if (n->pending)
+	if (n->pending || n->dispatching) /* a callback may not free its own notifier */
 		return EBUSY;
 	busy_wait_idle(&n->holds); /* a granter may still owe its kick */
 	close(n->epfd);
@@ -283,14 +283,16 @@ void ts_lib_notifier_untrack(ts_notifier *n, struct async_node *a)
 	n->pending--;
 }
 
-/* Withdraw every pending wait whose deadline passed; the ones withdrawn
+/* Read the timerfd once it has fired, whatever is pending now: a wait
+ * granted before its deadline leaves the timer armed, and an unread
+ * expiry would keep the fd readable (the loop spinning) for nothing.
+ * Then withdraw every pending wait whose deadline passed; those withdrawn
  * go to the ready list with ETIMEDOUT.  One whose state was already final
- * is on the stack or the ready list with its outcome.  Deadlines stay in
- * the heap until untracked, so this only looks at them: the heap is
- * rebuilt around the ones it skips. */
+ * is on the stack or the ready list with its outcome.  Either way its
+ * deadline leaves the heap. */
 static void expire(ts_notifier *n)
 {
-	if (!n->heap_len)
+	if (!n->heap_len && !n->armed_at)
 		return;
 	int64_t now = ts_now_ns();
 	if (n->armed_at && now >= n->armed_at) {
@@ -347,27 +349,13 @@ static int result_of(struct async_node *a, int64_t now)
 	return a->fail_open ? 0 : r;
 }
 
-TS_API int ts_notifier_dispatch(ts_notifier *n)
+/* Run the ready list's callbacks, at most @budget of them; returns how
+ * many ran.  A callback's cancel may take nodes out of the list. */
+static int run_ready(ts_notifier *n, size_t budget)
 {
-	if (!n || n->dispatching)
-		return 0;
-	n->dispatching = true;
-	/* Clear before taking the stack (NO LOST WAKE-UP in async.h). */
-	atomic_exchange_explicit(&n->signalled, 0, memory_order_acq_rel);
-	uint64_t count;
-	ssize_t got = read(n->evfd, &count, sizeof(count)); /* EAGAIN: nothing written */
-	(void)got;
-	ts_lib_notifier_collect(n);
-	expire(n);
-
-	/* Run what is ready now; a callback's cancel may take nodes out.
-	 * Nodes made ready meanwhile (a cancel collects the stack) wait for
-	 * the next call, which the fd then announces. */
-	size_t budget = 0;
-	for (struct async_node *a = n->ready_head; a; a = a->ready_next)
-		budget++;
 	int ran = 0;
 	int64_t now = ts_now_ns();
+
 	while (budget-- && n->ready_head) {
 		struct async_node *a = n->ready_head;
 		ts_lib_notifier_unready(n, a);
@@ -382,8 +370,52 @@ TS_API int ts_notifier_dispatch(ts_notifier *n)
 		TS_CHECK_NO_LOCK_HELD("an async callback");
 		a->fn((ts_async *)a, r, a->arg); /* a may be gone from here on */
 	}
-	if (n->ready_head && !atomic_exchange_explicit(&n->signalled, 1, memory_order_acq_rel))
-		write_fd(n);
+	return ran;
+}
+
+static size_t ready_count(const ts_notifier *n)
+{
+	size_t k = 0;
+	for (const struct async_node *a = n->ready_head; a; a = a->ready_next)
+		k++;
+	return k;
+}
+
+/* Rounds of collect-and-run per call: completions that callbacks cause
+ * (a pass returned to a node of this loop) run in the same call, without
+ * an fd write, but a stream of them cannot keep the loop here forever. */
+#define DISPATCH_ROUNDS 4
+
+/* SIGNALLED (NO LOST WAKE-UP in async.h) is held at 1 while dispatch
+ * runs, so granters push without writing the fd; at the end it is cleared
+ * and the stack looked at once more: a push that came before the clear is
+ * seen there (and the fd written for it), one after it writes itself. */
+TS_API int ts_notifier_dispatch(ts_notifier *n)
+{
+	if (!n || n->dispatching)
+		return 0;
+	n->dispatching = true;
+	/* Consume the fd's writes BEFORE claiming signalled: a write that
+	 * lands after this read leaves the fd readable (one spurious
+	 * wake-up); one consumed here was made before the claim below, so
+	 * its push is seen by the collect. */
+	uint64_t count;
+	ssize_t got = read(n->evfd, &count, sizeof(count)); /* EAGAIN: nothing written */
+	(void)got;
+	atomic_exchange_explicit(&n->signalled, 1, memory_order_acq_rel);
+	ts_lib_notifier_collect(n);
+	expire(n);
+	int ran = 0;
+	for (int round = 0; round < DISPATCH_ROUNDS; round++) {
+		ran += run_ready(n, ready_count(n));
+		if (!atomic_load_explicit(&n->stack, memory_order_acquire))
+			break;
+		ts_lib_notifier_collect(n);
+	}
+	atomic_exchange_explicit(&n->signalled, 0, memory_order_acq_rel);
+	if ((n->ready_head || atomic_load_explicit(&n->stack, memory_order_acquire)) &&
+	    !atomic_exchange_explicit(&n->signalled, 1, memory_order_acq_rel))
+		write_fd(n); /* left for the next call: make the fd say so */
 	n->dispatching = false;
 	return ran;
 }

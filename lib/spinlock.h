@@ -75,4 +75,28 @@ static inline void spin_unlock(_Atomic uint32_t *lock)
 		futex_wake(lock, 1);
 }
 
+/* NESTING.  Library locks nest in one place only: a cancel fire takes an
+ * event-loop node's queue lock while it holds the token's lock (order:
+ * token, then queue; nothing takes them the other way round).  There,
+ * sleeping for the inner lock is allowed — its holder never needs the
+ * outer one, so the wait is bounded by its critical section — and the
+ * inner unlock's wake is not issued but handed back, for the caller's
+ * wake batch after both locks are dropped. */
+static inline void spin_lock_nested(_Atomic uint32_t *lock)
+{
+	TS_LOCKS_HELD_ADD(-1); /* the outer lock, known: see NESTING */
+	spin_lock(lock);
+	TS_LOCKS_HELD_ADD(1);
+}
+
+/* Unlock; returns the word to futex_wake later, or NULL. */
+static inline _Atomic uint32_t *spin_unlock_nested(_Atomic uint32_t *lock)
+{
+	TS_LOCKS_HELD_ADD(-1);
+	if (atomic_exchange_explicit(lock, SPINLOCK_FREE, memory_order_release) ==
+	    SPINLOCK_CONTENDED)
+		return lock;
+	return NULL;
+}
+
 #endif

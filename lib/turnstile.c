@@ -245,13 +245,17 @@ static int wait_queued(ts_turnstile *t, const ts_claim *claim, int64_t start,
 /* --- event-loop waiters (async.h) -------------------------------------- */
 
 /* The loop's or a token's side of the grant race: under the lock, whoever
- * comes first decides (OWNERSHIP in async.h). */
+ * comes first decides (OWNERSHIP in async.h).  A token's fire (@wk set)
+ * holds the token's lock: see NESTING in spinlock.h. */
 uint32_t ts_lib_turnstile_withdraw(struct async_node *a, uint32_t outcome, struct wakeups *wk)
 {
 	ts_turnstile *t = a->object;
 	waiter *w = &a->q.turn.w;
 
-	spin_lock(&t->lock);
+	if (wk)
+		spin_lock_nested(&t->lock); /* under the token's lock */
+	else
+		spin_lock(&t->lock);
 	uint32_t s = atomic_load_explicit(&w->state, memory_order_acquire);
 	if (s < WAITER_FINAL) {
 		unlink_waiter(t, &a->q.turn);
@@ -260,7 +264,10 @@ uint32_t ts_lib_turnstile_withdraw(struct async_node *a, uint32_t outcome, struc
 		else
 			atomic_store_explicit(&w->state, outcome, memory_order_relaxed);
 	}
-	spin_unlock(&t->lock);
+	if (wk)
+		wakeups_add(wk, spin_unlock_nested(&t->lock));
+	else
+		spin_unlock(&t->lock);
 	return s;
 }
 
@@ -294,9 +301,9 @@ int ts_lib_turnstile_wait_async(ts_turnstile *t, const ts_claim *claim, int64_t 
 	return r == EINPROGRESS ? ts_lib_async_begin(a) : r;
 }
 
-TS_API int ts_turnstile_wait_async(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
-				   ts_cancel *cancel, ts_notifier *n, ts_async *node,
-				   ts_async_fn fn, void *arg, ts_pass *pass)
+__attribute__((noinline, cold)) TS_API int ts_private_wait_async_slow(
+	ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns, ts_cancel *cancel,
+	ts_notifier *n, ts_async *node, ts_async_fn fn, void *arg, ts_pass *pass)
 {
 	if (!pass)
 		return EINVAL;
@@ -304,6 +311,13 @@ TS_API int ts_turnstile_wait_async(ts_turnstile *t, const ts_claim *claim, int64
 		return EINVAL;
 	return ts_lib_turnstile_wait_async(t, claim, deadline_ns, cancel, n, node, fn, arg,
 					   pass, false);
+}
+
+TS_API int ts_turnstile_wait_async(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
+				   ts_cancel *cancel, ts_notifier *n, ts_async *node,
+				   ts_async_fn fn, void *arg, ts_pass *pass)
+{
+	TS_PRIVATE_WAIT_ASYNC_BODY
 }
 
 TS_API int ts_turnstile_wait(ts_turnstile *t, const ts_claim *claim,

@@ -355,13 +355,17 @@ TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
 
 /* --- event-loop takers (async.h) ---------------------------------------- */
 
-/* The loop's or a token's side of the race (OWNERSHIP in async.h). */
+/* The loop's or a token's side of the race (OWNERSHIP in async.h); a
+ * token's fire (@wk set) holds the token's lock: NESTING in spinlock.h. */
 uint32_t ts_lib_waitlist_withdraw(struct async_node *a, uint32_t outcome, struct wakeups *wk)
 {
 	ts_waitlist *w = a->object;
 	struct taker *n = &a->q.take;
 
-	spin_lock(&w->lock);
+	if (wk)
+		spin_lock_nested(&w->lock); /* under the token's lock */
+	else
+		spin_lock(&w->lock);
 	uint32_t s = atomic_load_explicit(&n->w.state, memory_order_acquire);
 	if (s < WAITER_FINAL) {
 		unlink_taker(w, n);
@@ -371,7 +375,10 @@ uint32_t ts_lib_waitlist_withdraw(struct async_node *a, uint32_t outcome, struct
 		else
 			atomic_store_explicit(&n->w.state, outcome, memory_order_relaxed);
 	}
-	spin_unlock(&w->lock);
+	if (wk)
+		wakeups_add(wk, spin_unlock_nested(&w->lock));
+	else
+		spin_unlock(&w->lock);
 	return s;
 }
 
@@ -388,8 +395,9 @@ TS_API int ts_waitlist_take_async(ts_waitlist *w, int64_t deadline_ns, ts_cancel
 	if ((r = ts_lib_async_check(ntf, node, fn)))
 		return r;
 	*item = NULL;
-	if (deadline_ns && (r = ts_lib_notifier_reserve(ntf)))
-		return r;
+	/* Room for the deadline, made outside the lock; a failure matters
+	 * only if the taker has to queue (a ready item still wins). */
+	int reserved = deadline_ns ? ts_lib_notifier_reserve(ntf) : 0;
 	struct async_node *a = async_of(node);
 	int64_t now = ts_now_ns();
 	ts_lib_async_prepare(a, ASYNC_TAKE, w, ntf, fn, arg, cancel, now, deadline_ns);
@@ -411,6 +419,10 @@ TS_API int ts_waitlist_take_async(ts_waitlist *w, int64_t deadline_ns, ts_cancel
 		w->created++;
 		spin_unlock(&w->lock);
 		return TS_CREATE;
+	}
+	if (reserved) {
+		spin_unlock(&w->lock);
+		return reserved;
 	}
 	link_tail(w, n);
 	spin_unlock(&w->lock);

@@ -142,3 +142,32 @@ Test(async_bad_input, a_job_wait_that_times_out_fails_open)
 	cr_assert_eq(ts_notifier_free(n), 0);
 	ts_set_free(s);
 }
+
+static int free_from_callback = -1;
+
+static void try_free(ts_async *node, int result, void *arg)
+{
+	(void)node;
+	(void)result;
+	free_from_callback = ts_notifier_free(arg);
+}
+
+/* The notifier is still in use by the dispatch that runs the callback. */
+Test(async_bad_input, a_callback_cannot_free_its_own_notifier)
+{
+	ts_notifier *n = ts_notifier_new();
+	ts_turnstile *t = ts_turnstile_new(1);
+	ts_async node = TS_ASYNC_INIT;
+	ts_claim c = { 0, 0, 0 };
+	ts_pass held, p;
+
+	cr_assert_eq(ts_turnstile_wait(t, &c, 0, NULL, &held), 0);
+	cr_assert_eq(ts_turnstile_wait_async(t, &c, 0, NULL, n, &node, try_free, n, &p), EINPROGRESS);
+	ts_pass_return(&held);
+	cr_assert_eq(ts_notifier_dispatch(n), 1);
+	cr_assert_eq(free_from_callback, EBUSY);
+	p = ts_async_pass(&node);
+	ts_pass_return(&p);
+	cr_assert_eq(ts_notifier_free(n), 0);
+	ts_turnstile_free(t);
+}

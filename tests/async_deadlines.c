@@ -131,3 +131,41 @@ Test(async_deadlines, a_waitlist_take_expires_too)
 	cr_assert_eq(ts_notifier_free(n), 0);
 	ts_waitlist_free(w);
 }
+
+static void keep_pass(ts_async *node, int result, void *arg)
+{
+	ts_pass *out = arg;
+	(void)result;
+	*out = ts_async_pass(node);
+}
+
+/* A wait granted before its deadline leaves the timer armed; when it
+ * fires, one dispatch quiets the fd again (a level-triggered loop must
+ * not spin on an expiry nobody waits for). */
+Test(async_deadlines, an_unneeded_timer_expiry_does_not_keep_the_fd_readable)
+{
+	ts_notifier *n = ts_notifier_new();
+	ts_turnstile *t = ts_turnstile_new(1);
+	ts_async node = TS_ASYNC_INIT;
+	ts_claim c = { 0, 0, 0 };
+	ts_pass held, p, got = TS_PASS_NONE;
+	struct pollfd pfd = { ts_notifier_fd(n), POLLIN, 0 };
+
+	cr_assert_eq(ts_turnstile_wait(t, &c, 0, NULL, &held), 0);
+	int64_t deadline = ts_now_ns() + 20000000;
+	cr_assert_eq(ts_turnstile_wait_async(t, &c, deadline, NULL, n, &node, keep_pass, &got, &p),
+		     EINPROGRESS);
+	ts_pass_return(&held); /* granted long before the deadline */
+	cr_assert_eq(poll(&pfd, 1, 5000), 1);
+	cr_assert_eq(ts_notifier_dispatch(n), 1);
+	cr_assert(ts_pass_issued(&got));
+	ts_pass_return(&got);
+	/* the timer still fires at the deadline: readable once ... */
+	cr_assert_eq(poll(&pfd, 1, 5000), 1);
+	cr_assert_geq(ts_now_ns(), deadline);
+	cr_assert_eq(ts_notifier_dispatch(n), 0);
+	/* ... and then quiet */
+	cr_assert_eq(poll(&pfd, 1, 50), 0, "the fd stayed readable with nothing to do");
+	cr_assert_eq(ts_notifier_free(n), 0);
+	ts_turnstile_free(t);
+}

@@ -49,11 +49,12 @@ typedef struct ts_notifier ts_notifier;
 /* The caller's node.  Complete so that it can be embedded; every member is
  * private (the size is part of the ABI). */
 typedef struct ts_async {
-	uint64_t private_storage[64];
+	bool private_pending; /* read by the inline fast path below */
+	uint64_t private_storage[63];
 } ts_async;
 
 /* Static initializer: a node that is not pending. */
-#define TS_ASYNC_INIT { { 0 } }
+#define TS_ASYNC_INIT { false, { 0 } }
 
 /* The outcome of an async wait: @result is 0 (a pass: ts_async_pass; an
  * item: ts_async_item), TS_CREATE, ETIMEDOUT, ECANCELED or ESHUTDOWN. */
@@ -81,7 +82,8 @@ typedef struct ts_notifier_counters {
 TS_API ts_notifier *ts_notifier_new(void);
 
 /* ts_notifier_free - close and free @n.  EBUSY (nothing freed) while a wait
- * is still pending on it; EINVAL for NULL.  It may run while a thread that
+ * is still pending on it, or when called from one of its callbacks (free
+ * it after ts_notifier_dispatch returns); EINVAL for NULL.  It may run while a thread that
  * completed one of its waits is still inside that call: it waits until that
  * thread no longer touches @n.  Loop thread only. */
 TS_API int ts_notifier_free(ts_notifier *n);
@@ -160,6 +162,33 @@ TS_API void *ts_async_item(ts_async *node);
  * the caller's.  Loop thread only. */
 TS_API int ts_async_cancel(ts_async *node);
 
+/* Private: the locked path of ts_turnstile_wait_async, exported for its
+ * inlined fast path only. */
+TS_API int ts_private_wait_async_slow(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
+				      ts_cancel *cancel, ts_notifier *n, ts_async *node,
+				      ts_async_fn fn, void *arg, ts_pass *pass);
+
 TS_END_DECLS
+
+#ifndef __cplusplus
+/* A turn granted at once costs what a blocking wait's fast path costs: the
+ * same lock-free take, inlined (see turnstile/fastpath.h), after the bad
+ * input checks; everything else goes to the library. */
+#define TS_PRIVATE_WAIT_ASYNC_BODY                                            \
+	if (t && claim && n && node && fn && pass && !node->private_pending && \
+	    ts_private_take_fast(t, cancel, pass))                             \
+		return 0;                                                      \
+	return ts_private_wait_async_slow(t, claim, deadline_ns, cancel, n, node, fn, arg, pass);
+
+#ifdef TS_PRIVATE_INLINE_FAST_PATHS
+TS_PRIVATE_INLINE int ts_turnstile_wait_async(ts_turnstile *t, const ts_claim *claim,
+					      int64_t deadline_ns, ts_cancel *cancel,
+					      ts_notifier *n, ts_async *node, ts_async_fn fn,
+					      void *arg, ts_pass *pass)
+{
+	TS_PRIVATE_WAIT_ASYNC_BODY
+}
+#endif
+#endif /* !__cplusplus */
 
 #endif

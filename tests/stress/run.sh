@@ -8,7 +8,7 @@ random=$(od -An -N4 -tu4 /dev/urandom | tr -d ' ')
 for seed in 12345 "$random"; do
 	./tests/stress/stress --scenario mix --seconds "$secs" --seed "$seed"
 	for s in timed-try-storm cancelled-head fired-cancel close-vs-timeouts resize-vs-close \
-		 resize-handoff free-after-last-return slow-loaders; do
+		 resize-handoff free-after-last-return slow-loaders async-loops; do
 		./tests/stress/stress --scenario $s --seconds 1 --seed "$seed"
 	done
 done

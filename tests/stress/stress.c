@@ -6,12 +6,14 @@
  *
  * Scenarios: mix (default) and the named ones the field has been bitten by:
  * timed-try-storm, cancelled-head, fired-cancel, close-vs-timeouts,
- * resize-vs-close, resize-handoff, free-after-last-return, slow-loaders.  The seed is printed first, so a failure can be replayed
+ * resize-vs-close, resize-handoff, free-after-last-return, slow-loaders,
+ * async-loops.  The seed is printed first, so a failure can be replayed
  * (thread interleavings differ between runs; the operation mix does not).
  * A watchdog fails the run, with a dump of what every thread is doing, if
  * no operation completes for WATCHDOG_S seconds. */
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -739,6 +741,262 @@ static void slow_loaders(int seconds)
 	tagged_free_all();
 }
 
+/* Event loops: two loop threads, each with its own notifier, queue async
+ * turns and takes (some with deadlines, some on a token a third thread
+ * fires), cancel pending ones at random and free each node at once, and
+ * hold what they get for a few rounds; two blocking threads share the same
+ * turnstile and pool.  Holders never exceed the ceiling, no callback comes
+ * for a cancelled node (its memory is gone: ASan), no item is lost, given
+ * twice or created past the cap, and at rest every pass is free. */
+#define LOOP_THREADS 2
+#define LOOP_NODES 24
+#define ASYNC_CEILING 2
+#define ASYNC_CAP 3
+static ts_turnstile *async_t;
+static _Atomic int async_holding, async_live;
+static ts_cancel async_tokens[2];
+
+struct async_slot {
+	ts_async *node;  /* pending, or NULL */
+	bool turn;
+	ts_pass pass;    /* held */
+	void *item;      /* held */
+	int hold_rounds;
+};
+
+struct async_loop {
+	int id;
+	ts_notifier *n;
+	struct async_slot slot[LOOP_NODES];
+	uint64_t x;
+};
+
+static void async_got_pass(struct async_slot *sl, ts_pass p, struct async_loop *l)
+{
+	check(ts_pass_issued(&p), "an async turn succeeded without a pass");
+	check(atomic_fetch_add(&async_holding, 1) < ASYNC_CEILING, "more holders than the ceiling");
+	sl->pass = p;
+	sl->hold_rounds = 1 + (int)(next_rand(&l->x) % 3);
+}
+
+static void async_got_item(struct async_slot *sl, void *item, struct async_loop *l)
+{
+	const char *bad = tagged_hold(item);
+	check(bad == NULL, bad ? bad : "");
+	sl->item = item;
+	sl->hold_rounds = 1 + (int)(next_rand(&l->x) % 3);
+}
+
+/* TS_CREATE: make the item on the loop (or fail to, and discard). */
+static void async_create(struct async_slot *sl, struct async_loop *l)
+{
+	if (next_rand(&l->x) % 4 == 0) {
+		ts_waitlist_discard(round_pool);
+		return;
+	}
+	check(atomic_fetch_add(&async_live, 1) < ASYNC_CAP, "more items than max_items");
+	async_got_item(sl, tagged_new(), l);
+}
+
+static void async_outcome(struct async_slot *sl, struct async_loop *l, int r, ts_pass p, void *item)
+{
+	if (r == 0 && sl->turn)
+		async_got_pass(sl, p, l);
+	else if (r == 0)
+		async_got_item(sl, item, l);
+	else if (r == TS_CREATE && !sl->turn)
+		async_create(sl, l);
+	else
+		check(r == ETIMEDOUT || r == ECANCELED, "unexpected async result");
+}
+
+static void async_done(ts_async *node, int result, void *arg)
+{
+	struct async_loop *l = arg;
+	struct async_slot *sl = NULL;
+	for (int i = 0; i < LOOP_NODES; i++)
+		if (l->slot[i].node == node)
+			sl = &l->slot[i];
+	check(sl != NULL, "a callback for a node that is not pending");
+	if (!sl)
+		return;
+	sl->node = NULL;
+	async_outcome(sl, l, result, ts_async_pass(node), ts_async_item(node));
+	free(node);
+	atomic_fetch_add(&ops, 1);
+}
+
+static void async_release(struct async_slot *sl)
+{
+	if (ts_pass_issued(&sl->pass)) {
+		atomic_fetch_sub(&async_holding, 1);
+		ts_pass_return(&sl->pass);
+	}
+	if (sl->item) {
+		tagged_release(sl->item);
+		check(ts_waitlist_put(round_pool, sl->item), "put refused on an open pool");
+		sl->item = NULL;
+	}
+}
+
+static void async_queue(struct async_slot *sl, struct async_loop *l)
+{
+	uint64_t r = next_rand(&l->x);
+	ts_claim c = { (int)(r % 3), (int64_t)(r >> 8) % 5, r >> 16 };
+	int64_t deadline = r & 16 ? ts_now_ns() + (int64_t)(r >> 20) % 3000000 : 0;
+	ts_cancel *cancel = r & 32 ? &async_tokens[l->id] : NULL;
+	ts_pass p = TS_PASS_NONE;
+	void *item = NULL;
+	int res;
+
+	sl->turn = r & 64;
+	sl->node = calloc(1, sizeof(ts_async));
+	if (sl->turn)
+		res = ts_turnstile_wait_async(async_t, &c, deadline, cancel, l->n, sl->node,
+					      async_done, l, &p);
+	else
+		res = ts_waitlist_take_async(round_pool, deadline, cancel, l->n, sl->node,
+					     async_done, l, &item);
+	if (res == EINPROGRESS)
+		return;
+	free(sl->node);
+	sl->node = NULL;
+	async_outcome(sl, l, res, p, item);
+}
+
+static void *async_loop_main(void *arg)
+{
+	struct async_loop *l = arg;
+	struct pollfd pfd = { ts_notifier_fd(l->n), POLLIN, 0 };
+
+	while (ts_now_ns() < end_ns) {
+		atomic_store(&doing[l->id], "an event loop round");
+		for (int i = 0; i < LOOP_NODES; i++) {
+			struct async_slot *sl = &l->slot[i];
+			if (ts_pass_issued(&sl->pass) || sl->item) {
+				if (--sl->hold_rounds <= 0)
+					async_release(sl);
+			} else if (!sl->node) {
+				async_queue(sl, l);
+			} else if (next_rand(&l->x) % 8 == 0) {
+				int r = ts_async_cancel(sl->node);
+				check(r == 0 || r == EALREADY, "cancel of a pending node");
+				free(sl->node); /* at once */
+				sl->node = NULL;
+				atomic_fetch_add(&ops, 1);
+			}
+		}
+		poll(&pfd, 1, 1);
+		ts_notifier_dispatch(l->n);
+	}
+	atomic_store(&doing[l->id], "winding down");
+	for (int i = 0; i < LOOP_NODES; i++) {
+		struct async_slot *sl = &l->slot[i];
+		if (sl->node) {
+			int r = ts_async_cancel(sl->node);
+			check(r == 0 || r == EALREADY, "cancel at the end");
+			free(sl->node);
+			sl->node = NULL;
+		}
+		async_release(sl);
+	}
+	check(ts_notifier_dispatch(l->n) == 0, "a callback after every node was cancelled");
+	check(ts_notifier_free(l->n) == 0, "a notifier still busy at the end");
+	atomic_store(&doing[l->id], "done");
+	return NULL;
+}
+
+static void *async_blocking(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	uint64_t x = seed * 17 + (uint64_t)id;
+	const ts_claim c = { 1, 0, 0 };
+	while (ts_now_ns() < end_ns) {
+		ts_pass p;
+		void *item;
+		atomic_store(&doing[id], "a blocking turn");
+		if (ts_turnstile_wait(async_t, &c, ts_now_ns() + 2000000, NULL, &p) == 0) {
+			check(atomic_fetch_add(&async_holding, 1) < ASYNC_CEILING,
+			      "more holders than the ceiling");
+			busy_ns((int64_t)(next_rand(&x) % 20000));
+			atomic_fetch_sub(&async_holding, 1);
+			ts_pass_return(&p);
+		}
+		atomic_store(&doing[id], "a blocking take");
+		if (ts_waitlist_take(round_pool, &item, NULL, NULL, ts_now_ns() + 2000000, NULL) == 0) {
+			const char *bad = tagged_hold(item);
+			check(bad == NULL, bad ? bad : "");
+			tagged_release(item);
+			check(ts_waitlist_put(round_pool, item), "put refused on an open pool");
+		}
+		atomic_fetch_add(&ops, 1);
+	}
+	atomic_store(&doing[id], "done");
+	return NULL;
+}
+
+/* Fires each loop's token once, a third and two thirds into the run: a
+ * token cannot be re-armed while waits may use it, so from then on that
+ * loop's waits with a token are refused at once. */
+static void *async_firer(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	int64_t start = ts_now_ns(), span = end_ns - start;
+	for (int k = 0; k < 2; k++) {
+		atomic_store(&doing[id], "waiting to fire a token");
+		while (ts_now_ns() < start + span * (k + 1) / 3) {
+			struct timespec ms = { 0, 1000000 }; /* pacing, not synchronisation */
+			nanosleep(&ms, NULL);
+		}
+		ts_cancel_fire(&async_tokens[k]);
+		atomic_fetch_add(&ops, 1);
+	}
+	atomic_store(&doing[id], "done");
+	return NULL;
+}
+
+static void async_loops(int seconds)
+{
+	pthread_t loops[LOOP_THREADS], blocking[2], firer;
+	struct async_loop l[LOOP_THREADS];
+
+	async_t = ts_turnstile_new(ASYNC_CEILING);
+	round_pool = ts_waitlist_new(ASYNC_CAP, 0);
+	for (int i = 0; i < 2; i++)
+		ts_cancel_init(&async_tokens[i]);
+	end_ns = ts_now_ns() + (int64_t)seconds * 1000000000;
+	for (int i = 0; i < LOOP_THREADS; i++) {
+		memset(&l[i], 0, sizeof(l[i]));
+		l[i].id = i;
+		l[i].n = ts_notifier_new();
+		l[i].x = seed * 11 + (uint64_t)i + 1;
+		pthread_create(&loops[i], NULL, async_loop_main, &l[i]);
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_create(&blocking[i], NULL, async_blocking, (void *)(intptr_t)(LOOP_THREADS + i));
+	pthread_create(&firer, NULL, async_firer, (void *)(intptr_t)(LOOP_THREADS + 2));
+	for (int i = 0; i < LOOP_THREADS; i++)
+		pthread_join(loops[i], NULL);
+	for (int i = 0; i < 2; i++)
+		pthread_join(blocking[i], NULL);
+	pthread_join(firer, NULL);
+	int64_t available, waiting;
+	ts_turnstile_snapshot(async_t, &available, &waiting);
+	check(available == ASYNC_CEILING && waiting == 0, "async loops: a pass was lost or doubled");
+	size_t created, ready, queued;
+	ts_waitlist_stats(round_pool, &created, &ready, &queued);
+	const char *why = "";
+	int drained = tagged_drain(round_pool, &why);
+	check(drained >= 0, why);
+	check(queued == 0 && created == ready && drained == atomic_load(&async_live),
+	      "async loops: an item was lost or a slot leaked");
+	for (int i = 0; i < 2; i++)
+		ts_cancel_destroy(&async_tokens[i]);
+	ts_turnstile_free(async_t);
+	ts_waitlist_free(round_pool);
+	tagged_free_all();
+}
+
 int main(int argc, char **argv)
 {
 	int seconds = 5;
@@ -763,7 +1021,7 @@ int main(int argc, char **argv)
 	printf("stress: scenario %s, seed %" PRIu64 ", %d s\n", scenario, seed, seconds);
 	fflush(stdout);
 	pthread_t dog;
-	int n_watched = 4;
+	int n_watched = 5;
 	if (strcmp(scenario, "mix"))
 		pthread_create(&dog, NULL, watchdog, &n_watched);
 	if (!strcmp(scenario, "mix"))
@@ -784,6 +1042,8 @@ int main(int argc, char **argv)
 		free_after_last_return(seconds);
 	else if (!strcmp(scenario, "slow-loaders"))
 		slow_loaders(seconds);
+	else if (!strcmp(scenario, "async-loops"))
+		async_loops(seconds);
 	else {
 		fprintf(stderr, "stress: unknown scenario %s\n", scenario);
 		return 2;
