@@ -906,6 +906,15 @@ static void *async_loop_main(void *arg)
 	return NULL;
 }
 
+/* A blocking taker with a free slot makes its item, as a loop would. */
+static int async_blocking_load(void *arg, void **item)
+{
+	(void)arg;
+	check(atomic_fetch_add(&async_live, 1) < ASYNC_CAP, "more items than max_items");
+	*item = tagged_new();
+	return 0;
+}
+
 static void *async_blocking(void *arg)
 {
 	int id = (int)(intptr_t)arg;
@@ -923,7 +932,8 @@ static void *async_blocking(void *arg)
 			ts_pass_return(&p);
 		}
 		atomic_store(&doing[id], "a blocking take");
-		if (ts_waitlist_take(round_pool, &item, NULL, NULL, ts_now_ns() + 2000000, NULL) == 0) {
+		if (ts_waitlist_take(round_pool, &item, async_blocking_load, NULL,
+				     ts_now_ns() + 2000000, NULL) == 0) {
 			const char *bad = tagged_hold(item);
 			check(bad == NULL, bad ? bad : "");
 			tagged_release(item);
