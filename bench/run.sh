@@ -35,7 +35,8 @@ echo
 ./bench/uncontended --repeats $repeats --iters $iters > "$results/uncontended.csv"
 count_iters=100000
 printf 'impl,instructions_per_op\n' > "$results/uncontended_instructions.csv"
-for impl in turnstile job set_lookup pthread_mutex sem_t atomic_pair waitlist mutex_pool sem_pool; do
+for impl in turnstile job set_lookup pthread_mutex sem_t atomic_pair waitlist mutex_pool sem_pool \
+	turnstile_async; do
 	out=$(mktemp)
 	valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
 		./bench/uncontended --count $impl --iters $count_iters >/dev/null 2>&1
@@ -66,6 +67,32 @@ echo "scenario,config,impl,metric,median,min,max,ratio,repeats" > "$csv"
 for scenario in handoff priority jobfifo pool audit; do
 	./bench/suite $scenario $q --repeats $repeats --ms $ms --csv "$csv"
 done
+
+# 6b. event-loop waiters against a hand-written libuv comparator (bench/async_loop,
+# built when configure finds libuv).  A failure (exit 3: a drain that hung, a
+# lost callback) is reported here and in the targets, and the run goes on.
+if [ $quick -eq 1 ]; then
+	async_repeats=3; async_ms=200
+else
+	async_repeats=5; async_ms=500
+fi
+if [ -x ./bench/async_loop ]; then
+	err=$(mktemp)
+	rc=0
+	./bench/async_loop --repeats $async_repeats --ms $async_ms --audit-ms 200 --csv "$csv" \
+		2>"$err" || rc=$?
+	if [ $rc -ne 0 ]; then
+		echo
+		echo "**bench/async_loop FAILED (exit $rc)**; the figures of the failed run are missing:"
+		echo
+		sed 's/^/    /' "$err"
+	fi
+	cat "$err" >&2
+	rm -f "$err"
+else
+	echo
+	echo "### Event-loop waiters: not measured (bench/async_loop needs libuv; configure did not find it)"
+fi
 
 # 7. futex system calls per admission, every implementation, under strace
 echo

@@ -42,5 +42,10 @@ for conf in "T=16 C=2 hold=1000ns" "T=16 C=8 hold=1000ns" "T=16 C=8 hold=0ns"; d
 	echo "| $conf: wait p99, µs | $(suite handoff "$conf" turnstile "wait p99" 5) | $(suite handoff "$conf" strict_pthread "wait p99" 5) | $(suite handoff "$conf" turnstile "wait p99" 8) |"
 done
 echo "| high-band p99 under a low-band flood, µs | $(suite priority "high band" turnstile "wait p99" 5) | $(suite priority "high band" strict_pthread "wait p99" 5) | $(suite priority "high band" turnstile "wait p99" 8) |"
+a="L=2x1000 B=2 C=8 hold=1000ns"
+echo "| event loop $a: completions/s (vs libuv) | $(suite async "$a" turnstile completions/s 5) | $(suite async "$a" libuv completions/s 5) | $(suite async "$a" turnstile completions/s 8) |"
+echo "| event loop $a: wait p99, µs | $(suite async "$a" turnstile "wait p99" 5) | $(suite async "$a" libuv "wait p99" 5) | $(suite async "$a" turnstile "wait p99" 8) |"
+echo "| event loop $a: fd writes (libuv: uv_async_send calls) per completion | $(suite async "$a" turnstile "fd writes/completion" 5) | $(suite async "$a" libuv "fd writes/completion" 5) | |"
+echo "| uncontended async wait+return, instructions (vs sem_t) | $(uncontended turnstile_async uncontended_instructions.csv 2) | $(uncontended sem_t uncontended_instructions.csv 2) | |"
 echo "| uncontended take+put, ns (vs mutex pool) | $(uncontended waitlist uncontended.csv 2) | $(uncontended mutex_pool uncontended.csv 2) | |"
 echo "| T=16 takers on 8 items: take+put/s (vs mutex pool) | $(suite pool T=16 waitlist take+put/s 5) | $(suite pool T=16 mutex_pool take+put/s 5) | $(suite pool T=16 waitlist take+put/s 8) |"

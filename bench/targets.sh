@@ -48,6 +48,40 @@ row "waitlist take+put uncontended: below the mutex pool" \
 	"$(ns waitlist) vs $(ns mutex_pool) ns; $(ins waitlist) vs $(ins mutex_pool) instructions" \
 	"$(ns waitlist) < $(ns mutex_pool) && $(ins waitlist) <= $(ins mutex_pool)"
 row "waitlist take+put uncontended: below 53 ns" "$(ns waitlist) ns" "$(ns waitlist) < 53"
+# Event-loop waiters (bench/async_loop): absent when libuv was not found or
+# the benchmark failed, which counts as missed.
+a="L=2x1000 B=2 C=8 hold=1000ns"
+row_measured() { # text measured verdict-expression value...
+	local text=$1 measured=$2 expr=$3 v
+	shift 3
+	for v in "$@"; do
+		if [ -z "$v" ]; then
+			printf '| %s | not measured | MISSED |\n' "$text"
+			return
+		fi
+	done
+	row "$text" "$measured" "$expr"
+}
+q=$(ratio async "$a" turnstile completions/s)
+row_measured "event loop $a: ≥ 1.5× libuv completions/s" \
+	"${q}× ($(val async "$a" turnstile completions/s) vs $(val async "$a" libuv completions/s) /s)" \
+	"$q >= 1.5" "$q"
+q=$(ratio async "$a" turnstile 'wait p99')
+row_measured "event loop $a: p99 wait ≤ libuv's" \
+	"$(val async "$a" turnstile 'wait p99') vs $(val async "$a" libuv 'wait p99') us" \
+	"$q <= 1" "$q"
+v=$(val async "$a" turnstile 'fd writes/completion')
+row_measured "event loop $a: fd writes per completion ≤ 0.2" \
+	"$v (libuv: $(val async "$a" libuv 'fd writes/completion') uv_async_send calls)" "$v <= 0.2" "$v"
+v=$(val async_audit "C=1 L=2x1000 B=2" turnstile violations)
+row_measured "event loop order violations (C=1): 0" \
+	"$v (libuv $(val async_audit "C=1 L=2x1000 B=2" libuv violations))" "$v == 0" "$v"
+v=$(val async "$a" turnstile 'allocations/wait')
+row_measured "event loop: allocations per wait ~0 (< 0.01)" \
+	"$v (libuv $(val async "$a" libuv 'allocations/wait'))" "$v < 0.01" "$v"
+v=$(ins turnstile_async)
+row_measured "uncontended async wait+return (granted at once): ≤ 38 instructions" \
+	"$v vs sem_t $(ins sem_t)" "$v <= 38" "$v"
 v=$(val handoff "T=16 C=8 hold=0ns" turnstile admissions/s)
 row "stretch: T=16 C=8 hold 0 within 2× of Go's 560 ns/admission" \
 	"$(awk -v v="$v" 'BEGIN { printf "%.0f ns", 1e9 / v }')" "1e9 / $v <= 1120"

@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Uncontended acquire+release: the turnstile beside what a user would use
  * instead — pthread_mutex, sem_t — and a bare atomic pair as the floor.
+ * turnstile_async is an event-loop wait granted at once
+ * (ts_turnstile_wait_async returns 0; its callback never runs) and its
+ * return.
  *
  *   uncontended [--repeats R] [--iters N]   ns/op, median and min-max over R
  *                                           repeats, implementations
@@ -33,12 +36,30 @@ static const ts_claim claim = { 0, 0, 0 };
 static ts_waitlist *waitlist;
 static struct mutex_pool mpool;
 static struct sem_pool spool;
+static ts_notifier *notifier;
+static ts_async async_node = TS_ASYNC_INIT;
 
 static void run_turnstile(long n)
 {
 	for (long i = 0; i < n; i++) {
 		ts_pass p;
 		if (ts_turnstile_wait(turnstile, &claim, 0, NULL, &p) != 0)
+			abort();
+		ts_pass_return(&p);
+	}
+}
+
+static void never_called(ts_async *node, int result, void *arg)
+{
+	abort(); /* uncontended: every wait is granted at once */
+}
+
+static void run_turnstile_async(long n)
+{
+	for (long i = 0; i < n; i++) {
+		ts_pass p;
+		if (ts_turnstile_wait_async(turnstile, &claim, 0, NULL, notifier, &async_node,
+					    never_called, NULL, &p) != 0)
 			abort();
 		ts_pass_return(&p);
 	}
@@ -120,6 +141,7 @@ static const struct impl {
 	{ "waitlist", run_waitlist },
 	{ "mutex_pool", run_mutex_pool },
 	{ "sem_pool", run_sem_pool },
+	{ "turnstile_async", run_turnstile_async },
 };
 #define N_IMPLS (sizeof(impls) / sizeof(impls[0]))
 
@@ -156,6 +178,10 @@ int main(int argc, char **argv)
 	pthread_create(&th, NULL, nothing, NULL);
 	pthread_join(th, NULL);
 	turnstile = ts_turnstile_new(1);
+	if (!(notifier = ts_notifier_new())) {
+		perror("ts_notifier_new");
+		return 1;
+	}
 	set = ts_set_new();
 	for (int shard = 0; shard < 8; shard++)
 		ts_set_resize(set, shard, 1);
@@ -199,6 +225,7 @@ int main(int argc, char **argv)
 	ts_turnstile_free(turnstile);
 	ts_set_free(set);
 	ts_waitlist_free(waitlist);
+	ts_notifier_free(notifier);
 	mutex_pool_destroy(&mpool);
 	sem_pool_destroy(&spool);
 	return 0;
