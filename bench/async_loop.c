@@ -62,6 +62,7 @@
 #include "alloc_count.h"
 #include "comparators.h"
 #include "stats.h"
+#include "timing.h"
 
 #define LOOPS 2
 #define MAX_BLOCKING 16
@@ -88,22 +89,6 @@ static bool impl_selected(int i)
 }
 
 /* ---- helpers --------------------------------------------------------------- */
-
-static void spin_ns(int64_t ns)
-{
-	if (ns <= 0)
-		return;
-	int64_t end = ts_now_ns() + ns;
-	while (ts_now_ns() < end)
-		;
-}
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
-	while (nanosleep(&ts, &ts) == EINTR)
-		;
-}
 
 static unsigned xorshift(unsigned *s)
 {

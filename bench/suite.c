@@ -26,6 +26,7 @@
 #include "mutex_pool.h"
 #include "sem_pool.h"
 #include "stats.h"
+#include "timing.h"
 
 /* ---- options ------------------------------------------------------------ */
 
@@ -138,22 +139,6 @@ static bool kind_selected(int k)
 }
 
 /* ---- measurement helpers ------------------------------------------------ */
-
-static void spin_ns(int64_t ns)
-{
-	if (ns <= 0)
-		return;
-	int64_t end = ts_now_ns() + ns;
-	while (ts_now_ns() < end)
-		;
-}
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
-	while (nanosleep(&ts, &ts) == EINTR)
-		;
-}
 
 /* A bounded sample of wait times per thread (reservoir sampling). */
 #define SAMPLES 8192

@@ -292,6 +292,27 @@ static int refuse(ts_waitlist *w, int64_t deadline_ns, const ts_cancel *cancel)
 	return 0;
 }
 
+/* A take's answer at the call, lock held: a ready item (0, whatever the
+ * state) or a refusal, either with the lock dropped; or EINPROGRESS, the
+ * lock still held: the taker must queue. */
+static int ready_or_refused(ts_waitlist *w, int64_t deadline_ns, const ts_cancel *cancel,
+			    void **item)
+{
+	int r;
+
+	if (w->n_ready) {
+		*item = w->ready[--w->n_ready];
+		spin_unlock(&w->lock);
+		return 0;
+	}
+	if ((r = refuse(w, deadline_ns, cancel))) {
+		count_refusal(w, r);
+		spin_unlock(&w->lock);
+		return r;
+	}
+	return EINPROGRESS;
+}
+
 TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
 			    void *load_arg, int64_t deadline_ns, ts_cancel *cancel)
 {
@@ -304,16 +325,8 @@ TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
 	if (!w)
 		return EINVAL;
 	spin_lock(&w->lock);
-	if (w->n_ready) {
-		*item = w->ready[--w->n_ready];
-		spin_unlock(&w->lock);
-		return 0;
-	}
-	if ((r = refuse(w, deadline_ns, cancel))) {
-		count_refusal(w, r);
-		spin_unlock(&w->lock);
+	if ((r = ready_or_refused(w, deadline_ns, cancel, item)) != EINPROGRESS)
 		return r;
-	}
 	/* Join the queue first: a loader counts as a waiter, and the item it
 	 * makes goes to the oldest idle taker. */
 	waiter_init(&n.w, NULL);
@@ -405,16 +418,8 @@ TS_API int ts_waitlist_take_async(ts_waitlist *w, int64_t deadline_ns, ts_cancel
 	n->item = NULL;
 	n->loading = false;
 	spin_lock(&w->lock);
-	if (w->n_ready) {
-		*item = w->ready[--w->n_ready];
-		spin_unlock(&w->lock);
-		return 0;
-	}
-	if ((r = refuse(w, deadline_ns, cancel))) {
-		count_refusal(w, r);
-		spin_unlock(&w->lock);
+	if ((r = ready_or_refused(w, deadline_ns, cancel, item)) != EINPROGRESS)
 		return r;
-	}
 	if (slot_free(w)) {
 		w->created++;
 		spin_unlock(&w->lock);

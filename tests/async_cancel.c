@@ -153,13 +153,16 @@ static void keep_item(ts_async *node, int result, void *arg)
 	atomic_fetch_add(&calls[3], 1);
 }
 
+/* A then B take from w, both told through take_fn. */
+static ts_async_fn take_fn;
+
 static void queue_takers(struct loop *l, void *arg)
 {
 	void *item;
 	(void)arg;
-	THREAD_CHECK(ts_waitlist_take_async(w, 0, NULL, l->n, a_node, keep_item, NULL, &item) ==
+	THREAD_CHECK(ts_waitlist_take_async(w, 0, NULL, l->n, a_node, take_fn, NULL, &item) ==
 		     EINPROGRESS);
-	THREAD_CHECK(ts_waitlist_take_async(w, 0, NULL, l->n, b_node, keep_item, NULL, &item) ==
+	THREAD_CHECK(ts_waitlist_take_async(w, 0, NULL, l->n, b_node, take_fn, NULL, &item) ==
 		     EINPROGRESS);
 }
 
@@ -181,6 +184,7 @@ Test(async_cancel, an_item_granted_to_a_cancelled_taker_goes_to_the_next_taker)
 	b_node = calloc(1, sizeof(ts_async));
 	loop_start(&l);
 	cr_assert_eq(ts_waitlist_take(w, &taken, make, &item_a, 0, NULL), 0);
+	take_fn = keep_item;
 	loop_run(&l, queue_takers, NULL);
 	loop_run(&l, grant_then_cancel_a, &g); /* the item goes to A, then to B */
 	cr_assert_eq(g.result, EALREADY);
@@ -206,16 +210,6 @@ static void expect_create(ts_async *node, int result, void *arg)
 	atomic_fetch_add(&creates, 1);
 }
 
-static void queue_creators(struct loop *l, void *arg)
-{
-	void *item;
-	(void)arg;
-	THREAD_CHECK(ts_waitlist_take_async(w, 0, NULL, l->n, a_node, expect_create, NULL,
-					    &item) == EINPROGRESS);
-	THREAD_CHECK(ts_waitlist_take_async(w, 0, NULL, l->n, b_node, expect_create, NULL,
-					    &item) == EINPROGRESS);
-}
-
 Test(async_cancel, a_creation_slot_granted_to_a_cancelled_taker_goes_to_the_next_taker)
 {
 	struct loop l;
@@ -228,7 +222,8 @@ Test(async_cancel, a_creation_slot_granted_to_a_cancelled_taker_goes_to_the_next
 	b_node = calloc(1, sizeof(ts_async));
 	loop_start(&l);
 	cr_assert_eq(ts_waitlist_take(w, &item, make, &item_a, 0, NULL), 0);
-	loop_run(&l, queue_creators, NULL);
+	take_fn = expect_create;
+	loop_run(&l, queue_takers, NULL);
 	loop_run(&l, grant_then_cancel_a, &g); /* the slot goes to A, then to B */
 	cr_assert_eq(g.result, EALREADY);
 	WAIT_FOR(atomic_load(&creates) == 1); /* B got the slot back from A */
