@@ -29,21 +29,19 @@
  * granter's last touch of the node; its hold keeps the NOTIFIER alive
  * until its kick is written (ts_notifier_free waits for holds == 0).
  *
- * NO LOST WAKE-UP.  signalled == 1 means "the fd has been written for
- * what is on the stack, or a dispatch is running and will look at the
- * stack before it ends".  A granter pushes BEFORE its exchange, so:
+ * NO LOST WAKE-UP.  Only dispatch's final exchange ever sets signalled
+ * back to 0, and dispatch looks at the stack (and its ready list) AFTER
+ * that exchange.  A granter pushes BEFORE its own exchange, so:
  *  - finding 0, it writes the fd itself;
- *  - finding 1 set by a granter that wrote, its push came before a later
- *    dispatch's claim (dispatch drains the fd before it sets signalled,
- *    so a write it consumed was made before its claim), and that
- *    dispatch's collect sees it; a write not consumed keeps the fd
- *    readable;
- *  - finding 1 set by a running dispatch, its push came before that
- *    dispatch's final clear, after which dispatch looks at the stack.
- * The first version cleared signalled before draining the fd: a write
- * consumed by that drain could belong to a granter whose 0 -> 1 came
- * after the clear, and a later push then found 1 with the fd empty — a
- * loop asleep forever (the async benchmark hung on it). 
+ *  - finding 1, its push came before some dispatch's final clear, and
+ *    that dispatch's look finds it and writes the fd for it.
+ * Holding signalled at 1 while dispatch runs only saves writes (the model
+ * passes without it), and draining the eventfd before taking the stack
+ * only keeps a write that was already served from waking the loop once
+ * more.  The first version cleared signalled at the START of dispatch and
+ * never looked again: a later push then found 1 with the fd drained, and
+ * the loop slept forever (the async benchmark hung on it;
+ * tests/model/async.pml keeps that dispatch as a mutation it catches).
  *
  * Everything else in the notifier and in a pending node (ready list,
  * deadline heap, pending count, flags) belongs to the loop thread alone. */

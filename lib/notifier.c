@@ -386,7 +386,7 @@ static size_t ready_count(const ts_notifier *n)
  * an fd write, but a stream of them cannot keep the loop here forever. */
 #define DISPATCH_ROUNDS 4
 
-/* SIGNALLED (NO LOST WAKE-UP in async.h) is held at 1 while dispatch
+/* signalled (NO LOST WAKE-UP in async.h) is held at 1 while dispatch
  * runs, so granters push without writing the fd; at the end it is cleared
  * and the stack looked at once more: a push that came before the clear is
  * seen there (and the fd written for it), one after it writes itself. */
@@ -395,10 +395,9 @@ TS_API int ts_notifier_dispatch(ts_notifier *n)
 	if (!n || n->dispatching)
 		return 0;
 	n->dispatching = true;
-	/* Consume the fd's writes BEFORE claiming signalled: a write that
-	 * lands after this read leaves the fd readable (one spurious
-	 * wake-up); one consumed here was made before the claim below, so
-	 * its push is seen by the collect. */
+	/* Consume the fd's writes first: what they announced is collected
+	 * below (a write landing after this read leaves one spurious
+	 * wake-up). */
 	uint64_t count;
 	ssize_t got = read(n->evfd, &count, sizeof(count)); /* EAGAIN: nothing written */
 	(void)got;

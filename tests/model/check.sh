@@ -8,6 +8,12 @@
 #   tests/model/waitlist.pml   creation slots, loads, hand-over to the oldest
 #                              taker that is not loading, put, discard,
 #                              close, free as the turnstile's
+#   tests/model/async.pml      event-loop nodes: grant and push under the
+#                              queue lock, kick and hold after it, dispatch
+#                              (signalled held, rounds, a last look after
+#                              the clear), ts_async_cancel (withdraw or
+#                              collect, hand on), the fire, deadlines,
+#                              notifier free (EBUSY from a callback)
 # Every configuration below is searched exhaustively (no bitstate): safety
 # (assertions, and invalid end states: a waiter asleep forever, a call that
 # cannot finish).  Then every seeded protocol mutation must be CAUGHT (spin
@@ -38,6 +44,12 @@ pass|waitlist|unlimited|-DNT=3 -DMAXI=3 -DNPUT=0 -DDLMASK=4 -DFAILMASK=1 -DSPUR=
 pass|waitlist|cancel|-DNT=2 -DMAXI=1 -DNPUT=1 -DDLMASK=2 -DCXMASK=1 -DCANCELLER=1 -DSPUR=1|put vs deadline vs cancel
 pass|waitlist|close|-DNT=2 -DMAXI=2 -DNPUT=1 -DDLMASK=1 -DFAILMASK=2 -DCLOSER=1|close vs a load in flight, a put, a deadline
 pass|waitlist|close-batches|-DNT=3 -DMAXI=1 -DNPUT=0 -DDLMASK=4 -DFAILMASK=1 -DCLOSER=1|2 takers asleep: close in batches, vs a load that may fail, a deadline
+pass|async|turn-grant|-DTAKE=0 -DNA=2 -DCEIL=1 -DNG=1 -DDLMASK=1 -DLCXMASK=2 -DSPURD=1 -DFREECB=1 -DCLOSER=1|2 async turns: grant vs deadline vs close vs the loop cancel (maybe in a callback), the last callback tries to free the notifier
+pass|async|turn-fire|-DTAKE=0 -DNA=3 -DCEIL=1 -DNG=1 -DCXMASK=3 -DCANCELLER=1 -DLCXMASK=4|3 async turns: grant vs a fire that withdraws two vs the loop cancel
+pass|async|turn-granters|-DTAKE=0 -DNA=3 -DCEIL=2 -DNG=2 -DLCXMASK=1 -DSPURD=1 -DROUNDS=1|two releasers complete nodes of one notifier at once, kicks and holds overlap, one dispatch round (nodes left ready for the next call)
+pass|async|cancel-only|-DTAKE=0 -DNA=2 -DCEIL=0 -DNG=0 -DCXMASK=3 -DCANCELLER=1|2 async turns only a fire can end: begin looks at the flag after watching
+pass|async|take|-DTAKE=1 -DNA=3 -DMAXI=2 -DNG=2 -DGDISC=1 -DDLMASK=1 -DLCXMASK=2 -DCBDISC=5|3 async takes, max_items 2: put vs deadline vs cancel, items handed back, discards pass slots as TS_CREATE, a cancelled TS_CREATE gives it back
+pass|async|take-close|-DTAKE=1 -DNA=2 -DMAXI=1 -DNG=1 -DCLOSER=1 -DCXMASK=1 -DCANCELLER=1 -DLCXMASK=2|async takes: close vs put vs fire vs the loop cancel
 catch|turnstile|MUT_CANCEL_BEFORE_SLEEP|-DNW=3 -DNR=0 -DCEIL=0 -DDLMASK=0 -DCXMASK=7 -DCANCELLER=1|park checks the cancel flag before announcing SLEEPING
 catch|turnstile|MUT_CLEAR_OUTSIDE_LOCK|-DNW=3 -DNR=1 -DCEIL=1 -DDLMASK=1|leave clears WAITERS after unlocking
 catch|turnstile|MUT_GRANT_AFTER_UNLOCK|-DNW=3 -DNR=1 -DCEIL=1 -DDLMASK=1|drain unlinks under the lock, publishes GRANTED after unlocking
@@ -50,6 +62,16 @@ catch|turnstile|MUT_BUSY_AFTER_UNLOCK|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=2 -DRS1=0 
 catch|waitlist|MUT_LOADER_GETS_ITEM|-DNT=3 -DMAXI=3 -DNPUT=0 -DDLMASK=4 -DFAILMASK=1|put and a finished load hand the item to the head, loading or not
 catch|waitlist|MUT_FAILED_LOAD_NO_PASS|-DNT=3 -DMAXI=2 -DNPUT=1 -DDLMASK=1 -DFAILMASK=2 -DDISCMASK=4|a failed load frees its slot without passing it on
 catch|waitlist|MUT_FREE_WITHOUT_BUSY_WAIT|-DNT=3 -DMAXI=1 -DNPUT=0 -DDLMASK=4 -DFAILMASK=1 -DCLOSER=1|ts_waitlist_free does not wait while busy (close in batches)
+catch|async|MUT_SIGNAL_BEFORE_PUSH|-DTAKE=0 -DNA=2 -DCEIL=0 -DNG=0 -DCXMASK=3 -DCANCELLER=1|the exchange on signalled before the push
+catch|async|MUT_PUSH_AFTER_UNLOCK|-DTAKE=0 -DNA=2 -DCEIL=1 -DNG=1 -DDLMASK=1 -DLCXMASK=2|the push and the exchange after the queue unlock
+catch|async|MUT_CANCEL_NO_COLLECT|-DTAKE=0 -DNA=2 -DCEIL=1 -DNG=1 -DLCXMASK=1|ts_async_cancel finding a final state does not collect the stack
+catch|async|MUT_RELEASE_BEFORE_KICK|-DTAKE=0 -DNA=2 -DCEIL=1 -DNG=1 -DSPURD=1|the granter releases its hold before writing the eventfd
+catch|async|MUT_BEGIN_NO_RECHECK|-DTAKE=0 -DNA=2 -DCEIL=0 -DNG=0 -DCXMASK=3 -DCANCELLER=1|begin does not look at the fired flag after watching the token
+catch|async|MUT_FREE_IN_CALLBACK|-DTAKE=0 -DNA=2 -DCEIL=1 -DNG=1 -DFREECB=1|ts_notifier_free without the dispatching check: the last callback frees the notifier while dispatch still uses it
+catch|async|MUT_END_NO_LOOK|-DTAKE=0 -DNA=2 -DCEIL=1 -DNG=1 -DDLMASK=1|after the final clear dispatch does not look at the stack or the ready list (a push that found signalled held at 1 is lost)
+catch|async|MUT_LOOK_BEFORE_CLEAR|-DTAKE=0 -DNA=2 -DCEIL=1 -DNG=1 -DDLMASK=1|dispatch looks at the stack and the ready list, then clears signalled (a push in between is lost)
+catch|async|MUT_END_STACK_ONLY|-DTAKE=0 -DNA=3 -DCEIL=0 -DNG=0 -DCXMASK=7 -DCANCELLER=1 -DLCXMASK=2|the last look skips the ready list (nodes a callback cancel collected after the round budget was set)
+catch|async|MUT_OLD_DISPATCH|-DTAKE=0 -DNA=2 -DCEIL=1 -DNG=1 -DDLMASK=1|the dispatch before cc02589: clear signalled, drain the eventfd, one round, write only if still ready
 EOF
 }
 
