@@ -8,7 +8,8 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 status=0
 for t in "$build"/tests/*.test; do
 	start=$(date +%s)
-	if CRITERION_JOBS=1 valgrind -q --trace-children=yes --error-exitcode=9 \
+	# a hang is a failure, not a stalled run
+	if CRITERION_JOBS=1 timeout --signal=KILL 600 valgrind -q --trace-children=yes --error-exitcode=9 \
 		--leak-check=full --errors-for-leak-kinds=definite \
 		--suppressions="$src/tests/valgrind.supp" "$t" >"$t.memcheck" 2>&1; then
 		echo "memcheck: clean  $(basename "$t") ($(( $(date +%s) - start )) s)"
