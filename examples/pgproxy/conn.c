@@ -1189,10 +1189,13 @@ void client_shutdown(struct client *c)
 {
 	/* Queued clients get ESHUTDOWN from the closed set; those holding a
 	 * pass finish their transaction and are closed at its end. */
-	if (!c->w.dead && !c->closing && client_idle_for_shutdown(c)) {
+	if (c->w.dead || c->closing || !client_idle_for_shutdown(c))
+		return;
+	if (c->state == C_ADMIN) /* the console that said SHUTDOWN has its answer */
+		c->closing = true;
+	else
 		client_fatal(c, "57P01", "pgproxy is shutting down");
-		client_drive(c);
-	}
+	client_drive(c);
 }
 
 static void update_masks(struct client *c)
