@@ -194,17 +194,22 @@ static ssize_t flush_buf(int fd, struct buf *b)
 }
 
 /* Reads what is there, up to HIGH_WATER buffered: 1 if something was
- * read, 0 if nothing, -1 on end of stream or error. */
+ * read, 0 if nothing, -1 on end of stream or error.  A short read means
+ * the socket is drained (epoll is level-triggered and will say when more
+ * comes), which saves the read that would only say EAGAIN. */
 static int read_buf(int fd, struct buf *b)
 {
 	int got = 0;
 	while (buf_len(b) < HIGH_WATER) {
 		if (!buf_reserve(b, 16384))
 			return -1;
-		ssize_t n = recv(fd, b->p + b->w, b->cap - b->w, MSG_DONTWAIT);
+		size_t room = b->cap - b->w;
+		ssize_t n = recv(fd, b->p + b->w, room, MSG_DONTWAIT);
 		if (n > 0) {
 			b->w += (size_t)n;
 			got = 1;
+			if ((size_t)n < room)
+				break;
 		} else if (n == 0) {
 			return -1;
 		} else if (errno == EINTR) {
