@@ -7,7 +7,7 @@ set -euo pipefail
 packages=(build-essential autoconf automake libtool pkg-config
 	  liburcu-dev libcriterion-dev gnuplot-nox valgrind strace
 	  spin clang libclang-rt-14-dev systemtap-sdt-dev libsqlite3-dev
-	  libpq-dev postgresql man-db libuv1-dev)
+	  libpq-dev postgresql man-db libuv1-dev pgbouncer)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,190 @@
+/* SPDX-License-Identifier: MIT */
+/* pgproxy: the admin console, database "pgproxy" (pgbouncer's convention):
+ *
+ *   SHOW POOLS        per pool: size, passes in use, server connections,
+ *                     idle ones, clients queued in all and per band
+ *   SHOW BANDS        per band: admitted, timed out, wait p50/p99/max
+ *                     since start (from the first message of a
+ *                     transaction to its server connection)
+ *   RESIZE db N       the pool's ceiling, live (ts_set_resize); idle
+ *                     connections above it are closed
+ *   SHUTDOWN          close the set: queued clients get an error, open
+ *                     transactions finish, then the proxy exits
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "pgproxy.h"
+
+#define MAX_COLS 32
+
+static void row_description(struct buf *out, const char *const *names, int n)
+{
+	size_t at = msg_begin(out, 'T');
+	msg_i16(out, n);
+	for (int i = 0; i < n; i++) {
+		msg_str(out, names[i]);
+		msg_i32(out, 0);  /* table */
+		msg_i16(out, 0);  /* column */
+		msg_i32(out, 25); /* text */
+		msg_i16(out, -1);
+		msg_i32(out, -1);
+		msg_i16(out, 0); /* text format */
+	}
+	msg_end(out, at);
+}
+
+static void data_row(struct buf *out, char vals[][64], int n)
+{
+	size_t at = msg_begin(out, 'D');
+	msg_i16(out, n);
+	for (int i = 0; i < n; i++) {
+		msg_i32(out, (int32_t)strlen(vals[i]));
+		buf_put(out, vals[i], strlen(vals[i]));
+	}
+	msg_end(out, at);
+}
+
+static void command_complete(struct buf *out, const char *tag)
+{
+	size_t at = msg_begin(out, 'C');
+	msg_str(out, tag);
+	msg_end(out, at);
+}
+
+static void show_pools(struct buf *out)
+{
+	static const char *fixed[] = { "database", "pool_size", "in_use", "server_conns",
+				       "idle_conns", "waiting" };
+	char names[MAX_COLS][24];
+	const char *cols[MAX_COLS];
+	int nfixed = 6, ncols = nfixed + P.max_band + 1;
+	for (int i = 0; i < nfixed; i++)
+		cols[i] = fixed[i];
+	for (int b = 0; b <= P.max_band; b++) {
+		snprintf(names[b], sizeof(names[b]), "waiting_band%d", b);
+		cols[nfixed + b] = names[b];
+	}
+	row_description(out, cols, ncols);
+	for (int i = 0; i < atomic_load(&P.npools); i++) {
+		struct pool *p = P.pools[i];
+		char v[MAX_COLS][64];
+		int64_t avail = 0, waiting = 0, size = atomic_load(&p->size);
+		size_t created = 0, ready = 0;
+		ts_turnstile_snapshot(p->turns, &avail, &waiting);
+		ts_waitlist_stats(p->conns, &created, &ready, NULL);
+		snprintf(v[0], 64, "%s", p->db);
+		snprintf(v[1], 64, "%lld", (long long)size);
+		snprintf(v[2], 64, "%lld", (long long)(size - avail));
+		snprintf(v[3], 64, "%zu", created);
+		snprintf(v[4], 64, "%zu", ready);
+		snprintf(v[5], 64, "%lld", (long long)waiting);
+		for (int b = 0; b <= P.max_band; b++)
+			snprintf(v[nfixed + b], 64, "%lld", (long long)atomic_load(&p->waiting[b]));
+		data_row(out, v, ncols);
+	}
+	command_complete(out, "SHOW");
+}
+
+static void show_bands(struct buf *out)
+{
+	static const char *cols[] = { "band", "clients", "admitted", "timed_out",
+				      "wait_p50_ms", "wait_p99_ms", "wait_max_ms" };
+	row_description(out, cols, 7);
+	for (int b = 0; b <= P.max_band; b++) {
+		struct band_stats *s = &P.bands[b];
+		char v[7][64];
+		size_t used = 0;
+		v[1][0] = 0;
+		for (int i = 0; i < P.cfg.nrules; i++) {
+			const struct band_rule *r = &P.cfg.rules[i];
+			if (r->band == b && used < 50)
+				used += (size_t)snprintf(v[1] + used, 64 - used, "%s%s=%s", used ? "," : "",
+							 r->key == KEY_APP ? "application_name" : "user",
+							 r->name);
+		}
+		if (b == P.cfg.default_band && used < 50)
+			snprintf(v[1] + used, 64 - used, "%sothers", used ? "," : "");
+		snprintf(v[0], 64, "%d", b);
+		snprintf(v[2], 64, "%llu", (unsigned long long)atomic_load(&s->admitted));
+		snprintf(v[3], 64, "%llu", (unsigned long long)atomic_load(&s->timed_out));
+		snprintf(v[4], 64, "%.3f", hist_pct(s, 0.50));
+		snprintf(v[5], 64, "%.3f", hist_pct(s, 0.99));
+		snprintf(v[6], 64, "%.3f", hist_pct(s, 1.0));
+		data_row(out, v, 7);
+	}
+	command_complete(out, "SHOW");
+}
+
+static void resize(struct buf *out, const char *args)
+{
+	char db[NAME_LEN + 1];
+	long long n;
+	char extra;
+	if (sscanf(args, "%64s %lld %c", db, &n, &extra) != 2 || n < 0 || n > 10000) {
+		send_error(out, "ERROR", "42601", "pgproxy: RESIZE takes a database and a size in [0, 10000]: RESIZE mydb 8");
+		return;
+	}
+	size_t len = strlen(db);
+	if (len >= 2 && db[0] == '"' && db[len - 1] == '"') {
+		memmove(db, db + 1, len - 2);
+		db[len - 2] = 0;
+	}
+	struct pool *p = pool_find(db);
+	if (!p) {
+		send_error(out, "ERROR", "3D000", "pgproxy: no pool for database \"%s\" (a pool is made when its first client connects)", db);
+		return;
+	}
+	int err = ts_set_resize(P.set, p->id, n);
+	if (err) {
+		send_error(out, "ERROR", err == ESHUTDOWN ? "57P01" : "22023", "pgproxy: RESIZE: %s",
+			   ts_strerror(err));
+		return;
+	}
+	atomic_store(&p->size, n);
+	/* Idle connections above the new size go now; busy ones when their
+	 * transaction ends (see pool_put_server). */
+	for (;;) {
+		size_t created = 0;
+		void *item;
+		ts_waitlist_stats(p->conns, &created, NULL, NULL);
+		if ((long long)created <= n || !ts_waitlist_try_take(p->conns, &item))
+			break;
+		server_drop_idle(item);
+	}
+	command_complete(out, "RESIZE");
+}
+
+void admin_query(struct buf *out, const char *sql)
+{
+	char q[1024];
+	size_t n = 0;
+	while (isspace((unsigned char)*sql))
+		sql++;
+	while (*sql && n < sizeof(q) - 1)
+		q[n++] = *sql++;
+	while (n && (isspace((unsigned char)q[n - 1]) || q[n - 1] == ';'))
+		n--;
+	q[n] = 0;
+	if (!n) {
+		size_t at = msg_begin(out, 'I'); /* EmptyQueryResponse */
+		msg_end(out, at);
+	} else if (!strcasecmp(q, "SHOW POOLS")) {
+		show_pools(out);
+	} else if (!strcasecmp(q, "SHOW BANDS")) {
+		show_bands(out);
+	} else if (!strncasecmp(q, "RESIZE ", 7)) {
+		resize(out, q + 7);
+	} else if (!strcasecmp(q, "SHUTDOWN")) {
+		begin_shutdown();
+		command_complete(out, "SHUTDOWN");
+	} else {
+		send_error(out, "ERROR", "42601",
+			   "pgproxy admin console: unknown command \"%.100s\" (SHOW POOLS, SHOW BANDS, "
+			   "RESIZE db N, SHUTDOWN)", q);
+	}
+}

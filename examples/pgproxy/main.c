@@ -1,0 +1,638 @@
+/* SPDX-License-Identifier: MIT */
+/* pgproxy: a transaction-pooling PostgreSQL proxy whose pools admit
+ * transactions by band, then age (libturnstile's event-loop waiters).
+ *
+ *   pgproxy --listen 127.0.0.1:6433 [--listen /dir] --server 'host=/run/postgresql port=5432'
+ *           [--pool-size 4] [--band application_name=NAME:BAND | user=NAME:BAND]...
+ *           [--default-band B] [--wait-timeout 5s] [--threads N]
+ *
+ * This file: options, pools, the loop threads, accept, shutdown.  See
+ * README.md in this folder for what is supported. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "pgproxy.h"
+
+struct proxy P;
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: pgproxy --listen HOST:PORT [--listen /socket/dir] --server 'host=H port=P [password=W]'\n"
+		"               [--pool-size N] [--band application_name=NAME:BAND] [--band user=NAME:BAND]\n"
+		"               [--default-band B] [--wait-timeout DURATION] [--threads N]\n"
+		"  --pool-size N        server connections per database, the turnstile's ceiling (default 4)\n"
+		"  --band KEY=NAME:BAND clients whose application_name or user is NAME queue in BAND\n"
+		"                       (0 first, up to %d; the first matching rule wins)\n"
+		"  --default-band B     band of clients no rule matches (default 1)\n"
+		"  --wait-timeout D     give up on a queued transaction after D (5s, 200ms; 0: never)\n"
+		"  --threads N          event-loop threads (default 1)\n"
+		"admin console: psql -h HOST -p PORT pgproxy -c 'SHOW POOLS' (SHOW BANDS, RESIZE db N, SHUTDOWN)\n",
+		MAX_BANDS - 1);
+}
+
+static void die(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "pgproxy: ");
+	fprintf(stderr, fmt, arg);
+	fputc('\n', stderr);
+	exit(2);
+}
+
+static long parse_int(const char *s, long lo, long hi, const char *what)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi) {
+		fprintf(stderr, "pgproxy: %s must be a whole number in [%ld, %ld], not \"%s\"\n", what,
+			lo, hi, s);
+		exit(2);
+	}
+	return v;
+}
+
+/* "5s", "200ms", "1.5s", "250us", "2min"; a bare number is seconds. */
+static int64_t parse_duration(const char *s)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	double unit = 1e9;
+	if (errno || end == s || v < 0)
+		die("--wait-timeout takes a duration such as 5s or 200ms, not \"%s\"", s);
+	if (!strcmp(end, "ms"))
+		unit = 1e6;
+	else if (!strcmp(end, "us"))
+		unit = 1e3;
+	else if (!strcmp(end, "min"))
+		unit = 60e9;
+	else if (strcmp(end, "s") && *end)
+		die("--wait-timeout takes a duration such as 5s or 200ms, not \"%s\"", s);
+	return (int64_t)(v * unit);
+}
+
+static void add_rule(const char *spec)
+{
+	const char *eq = strchr(spec, '='), *colon = strrchr(spec, ':');
+	struct band_rule r = { 0 };
+	if (!eq || !colon || colon < eq)
+		die("--band takes KEY=NAME:BAND (KEY application_name or user), not \"%s\"", spec);
+	size_t klen = (size_t)(eq - spec);
+	if (klen == 16 && !strncmp(spec, "application_name", klen))
+		r.key = KEY_APP;
+	else if (klen == 4 && !strncmp(spec, "user", klen))
+		r.key = KEY_USER;
+	else
+		die("--band: KEY is application_name or user, in \"%s\"", spec);
+	size_t nlen = (size_t)(colon - eq - 1);
+	if (nlen >= NAME_LEN)
+		die("--band: NAME too long in \"%s\"", spec);
+	memcpy(r.name, eq + 1, nlen);
+	r.band = (int)parse_int(colon + 1, 0, MAX_BANDS - 1, "--band's BAND");
+	struct band_rule *rules = realloc(P.cfg.rules, sizeof(*rules) * (size_t)(P.cfg.nrules + 1));
+	if (!rules)
+		die("%s", "out of memory");
+	rules[P.cfg.nrules++] = r;
+	P.cfg.rules = rules;
+}
+
+/* libpq conninfo style: key=value pairs, values optionally 'quoted'. */
+static void parse_server(const char *s)
+{
+	char key[64], val[256];
+	snprintf(P.cfg.server_host, sizeof(P.cfg.server_host), "/var/run/postgresql");
+	P.cfg.server_port = 5432;
+	while (*s) {
+		while (*s == ' ' || *s == '\t')
+			s++;
+		if (!*s)
+			break;
+		size_t k = 0, v = 0;
+		while (*s && *s != '=' && *s != ' ' && k < sizeof(key) - 1)
+			key[k++] = *s++;
+		key[k] = 0;
+		while (*s == ' ')
+			s++;
+		if (*s++ != '=')
+			die("--server: expected key=value, near \"%s\"", key);
+		while (*s == ' ')
+			s++;
+		if (*s == '\'') {
+			for (s++; *s && *s != '\''; s++) {
+				if (*s == '\\' && s[1])
+					s++;
+				if (v < sizeof(val) - 1)
+					val[v++] = *s;
+			}
+			if (*s++ != '\'')
+				die("--server: unterminated quote after %s=", key);
+		} else {
+			while (*s && *s != ' ' && v < sizeof(val) - 1)
+				val[v++] = *s++;
+		}
+		val[v] = 0;
+		if (!strcmp(key, "host"))
+			snprintf(P.cfg.server_host, sizeof(P.cfg.server_host), "%s", val);
+		else if (!strcmp(key, "port"))
+			P.cfg.server_port = (int)parse_int(val, 1, 65535, "--server's port");
+		else if (!strcmp(key, "password"))
+			snprintf(P.cfg.server_password, sizeof(P.cfg.server_password), "%s", val);
+		else if (!strcmp(key, "user") || !strcmp(key, "dbname"))
+			die("--server: %s comes from each client, not from --server", key);
+		else
+			die("--server: unknown key \"%s\" (host, port and password are understood)", key);
+	}
+}
+
+static void resolve_server(void)
+{
+	const char *h = P.cfg.server_host;
+	if (h[0] == '/') {
+		struct sockaddr_un *un = (struct sockaddr_un *)&P.server_addr;
+		un->sun_family = AF_UNIX;
+		if ((size_t)snprintf(un->sun_path, sizeof(un->sun_path), "%s/.s.PGSQL.%d", h,
+				     P.cfg.server_port) >= sizeof(un->sun_path))
+			die("--server: socket path too long under %s", h);
+		P.server_addrlen = sizeof(*un);
+		return;
+	}
+	char port[16];
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai;
+	snprintf(port, sizeof(port), "%d", P.cfg.server_port);
+	int err = getaddrinfo(h, port, &hints, &ai);
+	if (err)
+		die("--server: cannot resolve the host: %s", gai_strerror(err));
+	memcpy(&P.server_addr, ai->ai_addr, ai->ai_addrlen);
+	P.server_addrlen = ai->ai_addrlen;
+	freeaddrinfo(ai);
+}
+
+static bool unix_socket_live(const struct sockaddr_un *un)
+{
+	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	bool live = probe >= 0 && connect(probe, (const struct sockaddr *)un, sizeof(*un)) == 0;
+	if (probe >= 0)
+		close(probe);
+	return live;
+}
+
+static int listen_on(const char *spec)
+{
+	int fd;
+	if (spec[0] == '/') {
+		struct sockaddr_un un = { .sun_family = AF_UNIX };
+		if ((size_t)snprintf(P.unix_path, sizeof(P.unix_path), "%s/.s.PGSQL.%d", spec,
+				     P.cfg.listen_port) >= sizeof(un.sun_path))
+			die("--listen: socket path too long under %s", spec);
+		strcpy(un.sun_path, P.unix_path);
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			die("cannot make a Unix socket: %s", strerror(errno));
+		if (bind(fd, (struct sockaddr *)&un, sizeof(un)) != 0) {
+			/* a stale file left by a crash is replaced; a live socket is not */
+			if (errno != EADDRINUSE || unix_socket_live(&un))
+				die("cannot listen on %s: in use, or not allowed", P.unix_path);
+			unlink(un.sun_path);
+			if (bind(fd, (struct sockaddr *)&un, sizeof(un)) != 0)
+				die("cannot listen on %s", P.unix_path);
+		}
+		if (listen(fd, 1024) != 0)
+			die("cannot listen on %s", P.unix_path);
+		return fd;
+	}
+	char host[256];
+	const char *colon = strrchr(spec, ':');
+	if (!colon || (size_t)(colon - spec) >= sizeof(host))
+		die("--listen takes HOST:PORT or a socket directory, not \"%s\"", spec);
+	parse_int(colon + 1, 0, 65535, "--listen's port");
+	memcpy(host, spec, (size_t)(colon - spec));
+	host[colon - spec] = 0;
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE }, *ai;
+	int err = getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &ai);
+	if (err)
+		die("--listen: %s", gai_strerror(err));
+	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int one = 1;
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+	    bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+		fprintf(stderr, "pgproxy: cannot listen on %s: %s\n", spec, strerror(errno));
+		exit(1);
+	}
+	freeaddrinfo(ai);
+	return fd;
+}
+
+/* ---------------------------------------------------------------- pools */
+
+struct pool *pool_find(const char *db)
+{
+	struct pool *found = NULL;
+	pthread_mutex_lock(&P.pools_mu);
+	for (int i = 0; i < atomic_load(&P.npools) && !found; i++)
+		if (!strcmp(P.pools[i]->db, db))
+			found = P.pools[i];
+	pthread_mutex_unlock(&P.pools_mu);
+	return found;
+}
+
+struct pool *pool_get(const char *db, int *err)
+{
+	pthread_mutex_lock(&P.pools_mu);
+	int n = atomic_load(&P.npools);
+	for (int i = 0; i < n; i++)
+		if (!strcmp(P.pools[i]->db, db)) {
+			pthread_mutex_unlock(&P.pools_mu);
+			return P.pools[i];
+		}
+	struct pool *p = NULL;
+	*err = n == MAX_POOLS ? ENOSPC : 0;
+	if (!*err && !(p = calloc(1, sizeof(*p))))
+		*err = ENOMEM;
+	if (!*err)
+		*err = ts_set_resize(P.set, n, P.cfg.pool_size); /* ESHUTDOWN once closed */
+	/* The pass encloses the connection, so passes held bound the
+	 * connections in use: the waitlist needs no cap of its own (it has
+	 * none to resize, and RESIZE must be able to grow the pool). */
+	if (!*err && !(p->conns = ts_waitlist_new(0, 0)))
+		*err = ENOMEM;
+	if (*err) {
+		free(p);
+		pthread_mutex_unlock(&P.pools_mu);
+		return NULL;
+	}
+	p->id = n;
+	snprintf(p->db, sizeof(p->db), "%s", db);
+	p->turns = ts_set_turnstile(P.set, n);
+	atomic_store(&p->size, P.cfg.pool_size);
+	pthread_mutex_init(&p->mu, NULL);
+	P.pools[n] = p;
+	atomic_store(&P.npools, n + 1);
+	pthread_mutex_unlock(&P.pools_mu);
+	return p;
+}
+
+static void pool_free(struct pool *p)
+{
+	void *item;
+	ts_waitlist_close(p->conns);
+	while (ts_waitlist_try_take(p->conns, &item))
+		server_drop_idle(item);
+	ts_waitlist_free(p->conns);
+	while (p->params) {
+		struct user_params *up = p->params;
+		p->params = up->next;
+		buf_free(&up->msgs);
+		free(up);
+	}
+	pthread_mutex_destroy(&p->mu);
+	free(p);
+}
+
+/* ---------------------------------------------------------------- wait histograms */
+
+/* Log-linear buckets of microseconds: 16 per power of two, so a
+ * percentile is within about 3% of the true value. */
+static int hist_index(uint64_t us)
+{
+	if (us < 16)
+		return (int)us;
+	if (us >= (uint64_t)1 << 36)
+		us = ((uint64_t)1 << 36) - 1;
+	int e = 63 - __builtin_clzll(us);
+	return 16 + (e - 4) * 16 + (int)((us >> (e - 4)) & 15);
+}
+
+static double hist_value_us(int i)
+{
+	if (i < 16)
+		return i;
+	int e = (i - 16) / 16 + 4, sub = (i - 16) % 16;
+	double lo = (double)((uint64_t)(16 + sub) << (e - 4));
+	return lo + (double)((uint64_t)1 << (e - 4)) / 2;
+}
+
+void hist_add(struct band_stats *s, int64_t ns)
+{
+	atomic_fetch_add(&s->hist[hist_index(ns > 0 ? (uint64_t)ns / 1000 : 0)], 1);
+}
+
+double hist_pct(const struct band_stats *s, double p)
+{
+	uint64_t counts[HIST_BUCKETS], total = 0;
+	for (int i = 0; i < HIST_BUCKETS; i++)
+		total += counts[i] = atomic_load(&s->hist[i]);
+	if (!total)
+		return 0;
+	uint64_t rank = (uint64_t)(p * (double)total + 0.999999), seen = 0;
+	for (int i = 0; i < HIST_BUCKETS; i++)
+		if ((seen += counts[i]) >= rank)
+			return hist_value_us(i) / 1000;
+	return hist_value_us(HIST_BUCKETS - 1) / 1000;
+}
+
+/* ---------------------------------------------------------------- loops */
+
+void watch_set(struct watch *w, uint32_t mask)
+{
+	if (w->mask == mask || w->fd < 0)
+		return;
+	struct epoll_event ev = { .events = mask, .data.ptr = w };
+	int op = !w->mask ? EPOLL_CTL_ADD : !mask ? EPOLL_CTL_DEL : EPOLL_CTL_MOD;
+	if (epoll_ctl(w->loop->ep, op, w->fd, &ev) != 0) {
+		/* only a bug gets here: say so loudly rather than hang */
+		fprintf(stderr, "pgproxy: epoll_ctl(%d, fd %d): %s\n", op, w->fd, strerror(errno));
+		abort();
+	}
+	w->mask = mask;
+}
+
+void watch_close(struct watch *w)
+{
+	watch_set(w, 0);
+	if (w->fd >= 0)
+		close(w->fd);
+	w->fd = -1;
+	w->dead = true;
+	w->zombie_next = w->loop->zombies;
+	w->loop->zombies = w;
+}
+
+void loop_wake_all(void)
+{
+	uint64_t one = 1;
+	for (int i = 0; i < P.cfg.threads; i++)
+		if (write(P.loops[i].wake_w.fd, &one, sizeof(one)) != sizeof(one))
+			perror("pgproxy: waking a loop");
+}
+
+void begin_shutdown(void)
+{
+	if (atomic_exchange(&P.shutting_down, true))
+		return;
+	fprintf(stderr, "pgproxy: shutting down: queued clients get an error, "
+			"transactions under way finish\n");
+	ts_set_close(P.set); /* queued turns end with ESHUTDOWN */
+	loop_wake_all();
+}
+
+static void loop_stop(struct loop *l)
+{
+	l->stopping = true;
+	for (int i = 0; i < P.nlisten; i++)
+		watch_set(&l->listen_w[i], 0); /* the fds are closed by main */
+	for (struct client *c = l->clients, *next; c; c = next) {
+		next = client_next(c);
+		client_shutdown(c);
+	}
+}
+
+static void accept_clients(struct loop *l, int lfd)
+{
+	for (int i = 0; i < 64; i++) { /* then let other events in */
+		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+			    errno != ECONNABORTED)
+				fprintf(stderr, "pgproxy: accept: %s\n", strerror(errno));
+			return;
+		}
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* fails on Unix sockets: fine */
+		client_new(l, fd);
+	}
+}
+
+static void *loop_run(void *arg)
+{
+	struct loop *l = arg;
+	struct epoll_event ev[64];
+	while (!l->stopping || l->nclients || l->ncancels) {
+		int n = epoll_wait(l->ep, ev, 64, -1);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			perror("pgproxy: epoll_wait");
+			abort();
+		}
+		for (int i = 0; i < n; i++) {
+			struct watch *w = ev[i].data.ptr;
+			if (w->dead)
+				continue;
+			switch (w->kind) {
+			case K_LISTEN:
+				if (!l->stopping)
+					accept_clients(l, w->fd);
+				break;
+			case K_NOTIFIER:
+				ts_notifier_dispatch(l->notifier);
+				break;
+			case K_WAKE: {
+				uint64_t v;
+				if (read(w->fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+					perror("pgproxy: eventfd");
+				break;
+			}
+			case K_SIGNAL: {
+				struct signalfd_siginfo si;
+				if (read(w->fd, &si, sizeof(si)) == sizeof(si))
+					begin_shutdown();
+				break;
+			}
+			case K_CLIENT:
+				client_event((struct client *)(void *)w, ev[i].events);
+				break;
+			case K_SERVER:
+				server_event(w, ev[i].events);
+				break;
+			case K_CANCEL:
+				cancel_event(w, ev[i].events);
+				break;
+			}
+		}
+		if (atomic_load(&P.shutting_down) && !l->stopping)
+			loop_stop(l);
+		while (l->zombies) {
+			struct watch *z = l->zombies;
+			l->zombies = z->zombie_next;
+			conn_free(z);
+		}
+	}
+	return NULL;
+}
+
+static void loop_init(struct loop *l, int idx, int sigfd)
+{
+	l->idx = idx;
+	l->ep = epoll_create1(EPOLL_CLOEXEC);
+	l->notifier = ts_notifier_new();
+	int wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (l->ep < 0 || !l->notifier || wfd < 0) {
+		perror("pgproxy: loop setup");
+		exit(1);
+	}
+	l->notify_w = (struct watch){ .kind = K_NOTIFIER, .fd = ts_notifier_fd(l->notifier), .loop = l };
+	l->wake_w = (struct watch){ .kind = K_WAKE, .fd = wfd, .loop = l };
+	watch_set(&l->notify_w, EPOLLIN);
+	watch_set(&l->wake_w, EPOLLIN);
+	for (int i = 0; i < P.nlisten; i++) {
+		/* every loop accepts; EPOLLEXCLUSIVE wakes one per connection */
+		l->listen_w[i] = (struct watch){ .kind = K_LISTEN, .fd = P.listen_fd[i], .loop = l };
+		watch_set(&l->listen_w[i], EPOLLIN | EPOLLEXCLUSIVE);
+	}
+	l->signal_w = (struct watch){ .kind = K_SIGNAL, .fd = sigfd, .loop = l };
+	if (sigfd >= 0)
+		watch_set(&l->signal_w, EPOLLIN);
+}
+
+int main(int argc, char **argv)
+{
+	const char *listens[2] = { 0 };
+	int nlistens = 0;
+	bool have_server = false;
+	P.cfg.pool_size = 4;
+	P.cfg.default_band = 1;
+	P.cfg.threads = 1;
+	P.cfg.wait_timeout_ns = 0;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage(stdout);
+			return 0;
+		}
+		if (!v) {
+			fprintf(stderr, "pgproxy: %s needs a value\n", a);
+			usage(stderr);
+			return 2;
+		}
+		i++;
+		if (!strcmp(a, "--listen")) {
+			if (nlistens == 2)
+				die("%s", "--listen: at most one HOST:PORT and one socket directory");
+			listens[nlistens++] = v;
+		} else if (!strcmp(a, "--server")) {
+			parse_server(v);
+			have_server = true;
+		} else if (!strcmp(a, "--pool-size")) {
+			P.cfg.pool_size = (int)parse_int(v, 1, 10000, "--pool-size");
+		} else if (!strcmp(a, "--band")) {
+			add_rule(v);
+		} else if (!strcmp(a, "--default-band")) {
+			P.cfg.default_band = (int)parse_int(v, 0, MAX_BANDS - 1, "--default-band");
+		} else if (!strcmp(a, "--wait-timeout")) {
+			P.cfg.wait_timeout_ns = parse_duration(v);
+		} else if (!strcmp(a, "--threads")) {
+			P.cfg.threads = (int)parse_int(v, 1, 64, "--threads");
+		} else {
+			fprintf(stderr, "pgproxy: unknown option %s\n", a);
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (!nlistens || !have_server) {
+		usage(stderr);
+		return 2;
+	}
+	if (nlistens == 2 && (listens[0][0] == '/') == (listens[1][0] == '/'))
+		die("%s", "--listen: at most one HOST:PORT and one socket directory");
+	if (nlistens == 2 && listens[0][0] == '/') { /* TCP first: the socket file is named after its port */
+		const char *t = listens[0];
+		listens[0] = listens[1];
+		listens[1] = t;
+	}
+	P.cfg.listen_port = 6432; /* a socket directory alone: PostgreSQL's usual port */
+	resolve_server();
+	P.max_band = P.cfg.default_band;
+	for (int i = 0; i < P.cfg.nrules; i++)
+		if (P.cfg.rules[i].band > P.max_band)
+			P.max_band = P.cfg.rules[i].band;
+
+	/* SIGINT and SIGTERM shut down as the admin SHUTDOWN does, through a
+	 * signalfd in loop 0; every thread inherits the mask. */
+	sigset_t sigs;
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	int sigfd = signalfd(-1, &sigs, SFD_NONBLOCK | SFD_CLOEXEC);
+
+	pthread_mutex_init(&P.pools_mu, NULL);
+	P.set = ts_set_new();
+	if (!P.set || sigfd < 0) {
+		perror("pgproxy: setup");
+		return 1;
+	}
+	char where[2][300];
+	for (int i = 0; i < nlistens; i++) {
+		P.listen_fd[P.nlisten++] = listen_on(listens[i]);
+		if (listens[i][0] == '/') {
+			snprintf(where[i], sizeof(where[i]), "%s", P.unix_path);
+		} else { /* port 0: the kernel's choice, which the log line tells */
+			struct sockaddr_storage ss;
+			socklen_t len = sizeof(ss);
+			char host[256] = "?";
+			getsockname(P.listen_fd[i], (struct sockaddr *)&ss, &len);
+			P.cfg.listen_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+									   : ((struct sockaddr_in *)&ss)->sin_port);
+			getnameinfo((struct sockaddr *)&ss, len, host, sizeof(host), NULL, 0, NI_NUMERICHOST);
+			snprintf(where[i], sizeof(where[i]), "%s:%d", host, P.cfg.listen_port);
+		}
+	}
+	P.loops = calloc((size_t)P.cfg.threads, sizeof(*P.loops));
+	if (!P.loops) {
+		perror("pgproxy");
+		return 1;
+	}
+	for (int i = 0; i < P.cfg.threads; i++)
+		loop_init(&P.loops[i], i, i == 0 ? sigfd : -1);
+	fprintf(stderr, "pgproxy: listening on %s%s%s, server %s port %d, pool size %d, %d thread%s\n",
+		where[0], nlistens > 1 ? " and " : "", nlistens > 1 ? where[1] : "",
+		P.cfg.server_host, P.cfg.server_port, P.cfg.pool_size, P.cfg.threads,
+		P.cfg.threads > 1 ? "s" : "");
+	for (int i = 0; i < P.cfg.threads; i++)
+		if (pthread_create(&P.loops[i].thread, NULL, loop_run, &P.loops[i]) != 0) {
+			perror("pgproxy: pthread_create");
+			return 1;
+		}
+
+	int status = 0;
+	for (int i = 0; i < P.cfg.threads; i++) {
+		struct loop *l = &P.loops[i];
+		pthread_join(l->thread, NULL);
+		int err = ts_notifier_free(l->notifier);
+		if (err) { /* a wait left pending: a bug in pgproxy */
+			fprintf(stderr, "pgproxy: loop %d: ts_notifier_free: %s\n", i, strerror(err));
+			status = 1;
+		}
+		close(l->wake_w.fd);
+		close(l->ep);
+	}
+	for (int i = 0; i < P.nlisten; i++)
+		close(P.listen_fd[i]);
+	if (P.unix_path[0])
+		unlink(P.unix_path);
+	for (int i = 0; i < atomic_load(&P.npools); i++)
+		pool_free(P.pools[i]);
+	ts_set_free(P.set);
+	close(sigfd);
+	free(P.loops);
+	free(P.cfg.rules);
+	pthread_mutex_destroy(&P.pools_mu);
+	fprintf(stderr, "pgproxy: shut down\n");
+	return status;
+}

@@ -1,0 +1,316 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# examples/pgproxy measured side by side with pgbouncer, on one throwaway
+# cluster (Unix socket only, fsync off), pool size 4 for every proxy:
+#
+#   flood     an "interactive" pgbench (PGAPPNAME=interactive, 4 clients, -S)
+#             beside a "batch" pgbench (PGAPPNAME=batch, 32 clients, each
+#             transaction an UPDATE plus pg_sleep(0.002) holding its
+#             connection ~2 ms), through
+#               (a) pgproxy, interactive in band 0, batch in band 1
+#               (b) pgbouncer, pool_mode=transaction, default_pool_size=4
+#               (c) pgproxy, one band for all
+#             interactive latency p50/p99 (pgbench -l logs) and both
+#             throughputs, batch counted over the interactive run's window;
+#             then again with the interactive load held to 100/s (-R 100),
+#             so that every configuration does the same interactive work
+#   overhead  pgbench -S -c 16 -j 2 alone: direct, (b), (c), (a);
+#             transactions/s and the proxy's CPU seconds
+#
+# Every run SECONDS long (20), REPEATS times (3), the configurations
+# alternating within each repeat; the table shows the median over repeats
+# with min-max.  Writes OUT/proxy-bench-results.md and
+# OUT/proxy-bench-latency.png (OUT: docs, or results/proxy-bench with --quick).
+#
+#   scripts/proxy-bench.sh [--quick] [--seconds S] [--repeats R] [--threads N] [--out DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+top=$PWD
+
+seconds=20 repeats=3 threads=1 out=docs
+usage() { echo "usage: scripts/proxy-bench.sh [--quick] [--seconds S] [--repeats R] [--threads N] [--out DIR]" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+	case $1 in
+	--quick) seconds=5 repeats=1 out=results/proxy-bench ;;
+	--seconds) seconds=$2; shift ;;
+	--repeats) repeats=$2; shift ;;
+	--threads) threads=$2; shift ;; # pgproxy's loop threads; pgbouncer has one
+	--out) out=$2; shift ;;
+	*) usage ;;
+	esac
+	shift
+done
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+scripts/deps.sh
+{ [ -x configure ] && [ configure -nt configure.ac ]; } || autoreconf -fi
+mkdir -p build/release
+(cd build/release && ../../configure -q >/dev/null)
+make -C build/release -j2 -s >/dev/null
+proxy=$top/build/release/examples/pgproxy/pgproxy
+
+bindir=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)
+PATH=$bindir:$PATH
+command -v pgbouncer >/dev/null || { echo "proxy-bench: pgbouncer is not installed" >&2; exit 1; }
+
+work=$(mktemp -d)
+as_owner() { "$@"; }
+if [ "$(id -u)" -eq 0 ]; then # neither the server nor pgbouncer runs as root
+	chown postgres "$work"
+	as_owner() { runuser -u postgres -- "$@"; }
+fi
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+	[ ! -f "$work/bouncer.pid" ] || kill -TERM "$(cat "$work/bouncer.pid")" 2>/dev/null || true
+	as_owner pg_ctl -D "$work/db" -m immediate stop >/dev/null 2>&1 || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+export PGUSER=bench
+unset PGHOST PGPORT PGDATABASE PGAPPNAME PGOPTIONS
+
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+within() { # SECONDS CMD...: until CMD succeeds, or fail
+	local end=$(($(now_ms) + $1 * 1000))
+	shift
+	until "$@" >/dev/null 2>&1; do
+		[ "$(now_ms)" -lt "$end" ] || { echo "proxy-bench: timed out waiting for: $*" >&2; exit 1; }
+		sleep 0.1
+	done
+}
+free_port() {
+	for p in $(seq 16432 16632); do
+		(exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+	done
+	echo "proxy-bench: no free port" >&2
+	exit 1
+}
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+tck=$(getconf CLK_TCK)
+
+echo "proxy-bench: cluster in $work"
+as_owner initdb -D "$work/db" -A trust -U bench >/dev/null
+as_owner pg_ctl -D "$work/db" -l "$work/server.log" -w -o "-k $work -c listen_addresses= \
+	-c fsync=off -c synchronous_commit=off -c max_connections=100" start >/dev/null
+pgbench -i -q -s 10 -h "$work" postgres >/dev/null 2>&1
+cat >"$work/batch.sql" <<'EOF'
+\set aid random(1, 1000000)
+\set delta random(-5000, 5000)
+BEGIN;
+UPDATE pgbench_accounts SET abalance = abalance + :delta WHERE aid = :aid;
+SELECT pg_sleep(0.002);
+END;
+EOF
+
+# (b) pgbouncer
+bport=$(free_port)
+cat >"$work/pgbouncer.ini" <<EOF
+[databases]
+* = host=$work port=5432
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $bport
+unix_socket_dir =
+auth_type = trust
+auth_file = $work/users.txt
+admin_users = bench
+pool_mode = transaction
+default_pool_size = 4
+max_client_conn = 500
+logfile = $work/bouncer.log
+pidfile = $work/bouncer.pid
+EOF
+echo '"bench" ""' >"$work/users.txt"
+[ "$(id -u)" -ne 0 ] || chown postgres "$work/pgbouncer.ini" "$work/users.txt"
+as_owner pgbouncer -d "$work/pgbouncer.ini"
+within 10 psql -X -h 127.0.0.1 -p "$bport" -c 'SHOW VERSION' pgbouncer
+bouncer_pid=$(cat "$work/bouncer.pid")
+
+# (a) and (c) pgproxy
+start_pgproxy() { # name args...: sets started_port and started_pid
+	local name=$1
+	shift
+	"$proxy" --listen 127.0.0.1:0 --server "host=$work port=5432" --pool-size 4 \
+		--threads "$threads" "$@" 2>"$work/$name.log" &
+	started_pid=$!
+	pids+=("$started_pid")
+	within 10 grep -q 'listening on' "$work/$name.log"
+	started_port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$work/$name.log")
+}
+start_pgproxy a --band application_name=interactive:0 --band application_name=batch:1 --default-band 1
+aport=$started_port apid=$started_pid
+start_pgproxy c --default-band 0
+cport=$started_port cpid=$started_pid
+declare -A port=([a]=$aport [b]=$bport [c]=$cport [direct]=5432)
+declare -A pid=([a]=$apid [b]=$bouncer_pid [c]=$cpid)
+declare -A host=([a]=127.0.0.1 [b]=127.0.0.1 [c]=127.0.0.1 [direct]=$work)
+# warm every pool: 4 server connections each
+for k in a b c; do
+	PGAPPNAME=batch pgbench -n -c 8 -t 20 -f "$work/batch.sql" -h 127.0.0.1 -p "${port[$k]}" postgres >/dev/null
+done
+
+results=$work/results.tsv
+: >"$results"
+record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$results"; }
+tps_of() { sed -n 's/^tps = \([0-9.]*\) (without initial.*/\1/p' "$1" | awk '{ printf "%.0f\n", $1 }'; }
+failed_ok() { grep -q '^number of failed transactions: 0 ' "$1" || { echo "proxy-bench: failures in $1:" >&2; cat "$1" >&2; exit 1; }; }
+
+flood() { # scenario config repeat [interactive pgbench args...]
+	local sc=$1
+	shift
+	local k=$1 dir=$work/$sc.$1.$2 rep=$2
+	shift 2
+	mkdir -p "$dir"
+	local c0
+	c0=$(cpu_ticks "${pid[$k]}")
+	(cd "$dir" && PGAPPNAME=batch exec pgbench -n -c 32 -j 2 -T $((seconds + 2)) -f "$work/batch.sql" -l \
+		--log-prefix=blog -h 127.0.0.1 -p "${port[$k]}" postgres >batch.out 2>&1) &
+	local bpid=$!
+	sleep 1 # warm-up: the flood is in the queue before the interactive run starts
+	(cd "$dir" && PGAPPNAME=interactive exec pgbench -n -c 4 -j 1 -T "$seconds" -S -l "$@" \
+		--log-prefix=ilog -h 127.0.0.1 -p "${port[$k]}" postgres >inter.out 2>&1)
+	wait "$bpid"
+	local c1
+	c1=$(cpu_ticks "${pid[$k]}")
+	failed_ok "$dir/inter.out"
+	failed_ok "$dir/batch.out"
+	cat "$dir"/ilog.* | awk '{ print $3 / 1000 }' | sort -g >"$work/lat.$sc.$k.$rep"
+	# the interactive run's window (completion times), and batch within it
+	read -r t0 t1 < <(cat "$dir"/ilog.* | awk 'NR == 1 { lo = hi = $5 + $6 / 1e6 }
+		{ t = $5 + $6 / 1e6; if (t < lo) lo = t; if (t > hi) hi = t } END { printf "%.6f %.6f\n", lo, hi }')
+	local n_inter n_batch
+	n_inter=$(wc -l <"$work/lat.$sc.$k.$rep")
+	n_batch=$(cat "$dir"/blog.* | awk -v lo="$t0" -v hi="$t1" '{ t = $5 + $6 / 1e6 } t >= lo && t <= hi { n++ } END { print n + 0 }')
+	record "$sc" "$k" "interactive tps" "$(echo "$n_inter $t0 $t1" | awk '{ printf "%.1f", $1 / ($3 - $2) }')"
+	record "$sc" "$k" "batch tps" "$(echo "$n_batch $t0 $t1" | awk '{ printf "%.1f", $1 / ($3 - $2) }')"
+	record "$sc" "$k" "interactive p50 ms" "$(awk '{ a[NR] = $1 } END { printf "%.3f", a[int(NR * 0.50 + 0.5)] }' "$work/lat.$sc.$k.$rep")"
+	record "$sc" "$k" "interactive p99 ms" "$(awk '{ a[NR] = $1 } END { printf "%.3f", a[int(NR * 0.99 + 0.5)] }' "$work/lat.$sc.$k.$rep")"
+	record "$sc" "$k" "proxy CPU s" "$(echo "$c0 $c1" | awk -v t="$tck" '{ printf "%.2f", ($2 - $1) / t }')"
+	echo "proxy-bench: $sc $k repeat $rep: $(tail -n 5 "$results" | cut -f3,4 | tr '\t\n' '= ' )"
+}
+
+overhead() { # config repeat
+	local k=$1 f=$work/overhead.$1.$2.out c0=0 c1=0
+	[ "$k" = direct ] || c0=$(cpu_ticks "${pid[$k]}")
+	PGAPPNAME=interactive pgbench -n -c 16 -j 2 -T "$seconds" -S -h "${host[$k]}" -p "${port[$k]}" postgres >"$f" 2>&1
+	[ "$k" = direct ] || c1=$(cpu_ticks "${pid[$k]}")
+	failed_ok "$f"
+	record overhead "$k" "tps" "$(tps_of "$f")"
+	[ "$k" = direct ] || record overhead "$k" "proxy CPU s" "$(echo "$c0 $c1" | awk -v t="$tck" '{ printf "%.2f", ($2 - $1) / t }')"
+	echo "proxy-bench: overhead $k repeat $2: $(tps_of "$f") tps"
+}
+
+for r in $(seq 1 "$repeats"); do
+	# alternate the order from one repeat to the next
+	if [ $((r % 2)) -eq 1 ]; then order="a b c"; else order="c b a"; fi
+	for k in $order; do flood flood "$k" "$r"; done
+	for k in $order; do flood flood-R100 "$k" "$r" -R 100; done
+done
+for r in $(seq 1 "$repeats"); do
+	if [ $((r % 2)) -eq 1 ]; then order="direct b c a"; else order="a c b direct"; fi
+	for k in $order; do overhead "$k" "$r"; done
+done
+
+# medians (and min-max) over repeats
+med() { # scenario config metric -> "median (min-max)" or "median"
+	awk -F'\t' -v s="$1" -v k="$2" -v m="$3" '$1 == s && $2 == k && $3 == m { print $4 }' "$results" | sort -g |
+		awk '{ a[NR] = $1 } END { if (!NR) { print "-"; exit } mid = a[int((NR + 1) / 2)];
+			if (NR == 1) print mid; else printf "%s (%s-%s)\n", mid, a[1], a[NR] }'
+}
+val() { med "$@" | awk '{ print $1 }'; }
+name_a="(a) pgproxy, interactive band 0, batch band 1"
+name_b="(b) pgbouncer $(pgbouncer --version | head -1 | awk '{ print $2 }'), transaction pooling"
+name_c="(c) pgproxy, one band"
+report=$out/proxy-bench-results.md
+{
+	echo "# pgproxy and pgbouncer, side by side"
+	echo
+	echo "\`scripts/proxy-bench.sh$([ "$seconds" = 20 ] && [ "$repeats" = 3 ] || echo " --seconds $seconds --repeats $repeats")$([ "$threads" = 1 ] || echo " --threads $threads")\`," \
+		"$(date -u +%Y-%m-%d), $(nproc) vCPUs, PostgreSQL $(postgres --version | awk '{ print $3 }')," \
+		"pool size 4 in every proxy, pgproxy with $threads loop thread(s);" \
+		"each run ${seconds} s, ${repeats} repeat(s) alternating; median (min-max) over repeats."
+	echo
+	echo "## Priority under a flood"
+	echo
+	echo "Interactive: 4 clients, \`-S\`.  Batch: 32 clients, UPDATE + \`pg_sleep(0.002)\` per transaction."
+	echo
+	echo "| configuration | interactive p50 ms | interactive p99 ms | interactive tps | batch tps | proxy CPU s |"
+	echo "|---|---:|---:|---:|---:|---:|"
+	for k in a b c; do
+		n=name_$k
+		echo "| ${!n} | $(med flood $k 'interactive p50 ms') | $(med flood $k 'interactive p99 ms') |" \
+			"$(med flood $k 'interactive tps') | $(med flood $k 'batch tps') | $(med flood $k 'proxy CPU s') |"
+	done
+	echo
+	echo "The same flood with the interactive load held to 100 transactions/s (\`pgbench -R 100\`, less than"
+	echo "pgbouncer's FIFO can serve it), so that every configuration does the same interactive work"
+	echo "(latency counts from each transaction's scheduled start):"
+	echo
+	echo "| configuration | interactive p50 ms | interactive p99 ms | interactive tps | batch tps | proxy CPU s |"
+	echo "|---|---:|---:|---:|---:|---:|"
+	for k in a b c; do
+		n=name_$k
+		echo "| ${!n} | $(med flood-R100 $k 'interactive p50 ms') | $(med flood-R100 $k 'interactive p99 ms') |" \
+			"$(med flood-R100 $k 'interactive tps') | $(med flood-R100 $k 'batch tps') | $(med flood-R100 $k 'proxy CPU s') |"
+	done
+	echo
+	echo "## Overhead"
+	echo
+	echo "\`pgbench -S -c 16 -j 2\` alone."
+	echo
+	echo "| configuration | tps | proxy CPU s |"
+	echo "|---|---:|---:|"
+	echo "| direct (Unix socket) | $(med overhead direct tps) | |"
+	for k in b c a; do
+		n=name_$k
+		echo "| ${!n} | $(med overhead $k tps) | $(med overhead $k 'proxy CPU s') |"
+	done
+	echo
+	echo "## Targets"
+	echo
+	p99a=$(val flood a 'interactive p99 ms') p99b=$(val flood b 'interactive p99 ms')
+	ba=$(val flood a 'batch tps') bb=$(val flood b 'batch tps')
+	fc=$(echo "$(val flood c 'interactive tps') $(val flood c 'batch tps')" | awk '{ print $1 + $2 }')
+	fb=$(echo "$(val flood b 'interactive tps') $(val flood b 'batch tps')" | awk '{ print $1 + $2 }')
+	oc=$(val overhead c tps) ob=$(val overhead b tps)
+	rp99a=$(val flood-R100 a 'interactive p99 ms') rp99b=$(val flood-R100 b 'interactive p99 ms')
+	rba=$(val flood-R100 a 'batch tps') rbb=$(val flood-R100 b 'batch tps')
+	verdict() { awk "BEGIN { exit !($1) }" && echo "**met**" || echo "**missed**"; }
+	echo "| target | measured | |"
+	echo "|---|---|---|"
+	echo "| interactive p99 through (a) <= 1/5 of (b)'s | $p99a ms vs $p99b ms: $(echo "$p99a $p99b" | awk '{ printf "1/%.1f", $2 / $1 }') | $(verdict "$p99a * 5 <= $p99b") |"
+	echo "| batch throughput through (a) >= 90% of (b)'s | $ba vs $bb tps: $(echo "$ba $bb" | awk '{ printf "%.1f%%", 100 * $1 / $2 }') | $(verdict "$ba >= 0.9 * $bb") |"
+	echo "| ... at equal interactive load (-R 100): p99 (a) <= 1/5 of (b)'s | $rp99a ms vs $rp99b ms: $(echo "$rp99a $rp99b" | awk '{ printf "1/%.1f", $2 / $1 }') | $(verdict "$rp99a * 5 <= $rp99b") |"
+	echo "| ... at equal interactive load (-R 100): batch (a) >= 90% of (b)'s | $rba vs $rbb tps: $(echo "$rba $rbb" | awk '{ printf "%.1f%%", 100 * $1 / $2 }') | $(verdict "$rba >= 0.9 * $rbb") |"
+	echo "| (c) throughput >= (b)'s, flood (interactive + batch) | $fc vs $fb tps: $(echo "$fc $fb" | awk '{ printf "%.3fx", $1 / $2 }') | $(verdict "$fc >= $fb") |"
+	echo "| (c) throughput >= (b)'s, overhead | $oc vs $ob tps: $(echo "$oc $ob" | awk '{ printf "%.3fx", $1 / $2 }') | $(verdict "$oc >= $ob") |"
+} >"$report"
+cat "$report"
+
+# Interactive latency distributions, every repeat pooled.
+if command -v gnuplot >/dev/null; then
+	for sc in flood flood-R100; do
+		for k in a b c; do
+			cat "$work"/lat.$sc.$k.* | sort -g | awk '{ a[NR] = $1 } END { step = NR > 2000 ? int(NR / 2000) : 1;
+				for (i = 1; i <= NR; i += step) print a[i], i / NR; print a[NR], 1 }' >"$work/cdf.$k"
+		done
+		png=$out/proxy-bench-latency$([ "$sc" = flood ] || echo -R100).png
+		gnuplot <<GP
+set terminal pngcairo size 900,500 font "sans,11" noenhanced
+set output "$png"
+set title "Interactive latency beside a batch flood, pool size 4$([ "$sc" = flood ] || echo ", interactive held to 100/s")"
+set xlabel "latency, ms (log scale)"
+set ylabel "fraction of interactive transactions within x"
+set logscale x
+set key bottom right
+set grid
+plot "$work/cdf.a" using 1:2 with lines lw 2 title "$name_a", \
+     "$work/cdf.b" using 1:2 with lines lw 2 title "$name_b", \
+     "$work/cdf.c" using 1:2 with lines lw 2 title "$name_c"
+GP
+		echo "plot: $png"
+	done
+fi
+echo "table: $report"

@@ -1,0 +1,301 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# examples/pgproxy against a real PostgreSQL server, driven by PostgreSQL's
+# own clients: a throwaway cluster in a scratch folder, listening on a Unix
+# socket there only (no TCP), started and stopped here.  The proxy listens
+# on 127.0.0.1 at a port the kernel picks (its log line names it).
+# Everything that waits for something polls it with a deadline.
+# Skipped (exit 77) where no server, psql or pgbench is installed.
+set -eu
+bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+for tool in initdb pg_ctl psql pgbench; do
+	[ -x "$bindir/$tool" ] || { echo "pgproxy: no $tool (PostgreSQL server and client)"; exit 77; }
+done
+PATH=$bindir:$PATH
+proxy=$(pwd)/examples/pgproxy/pgproxy
+[ -x "$proxy" ] || { echo "pgproxy: $proxy not built"; exit 1; }
+
+data=$(mktemp -d)
+as_owner() { "$@"; }
+if [ "$(id -u)" -eq 0 ]; then # the server refuses to run as root
+	chown postgres "$data"
+	as_owner() { runuser -u postgres -- "$@"; }
+fi
+proxy_pid=
+cleanup() {
+	[ -z "$proxy_pid" ] || kill -KILL "$proxy_pid" 2>/dev/null || true
+	exec 3>&- 2>/dev/null || true
+	as_owner pg_ctl -D "$data/db" -m immediate stop >/dev/null 2>&1 || true
+	rm -rf "$data"
+}
+trap cleanup EXIT
+export PGUSER=pgproxy PGAPPNAME=pgproxy-test PGCONNECT_TIMEOUT=10
+unset PGDATABASE PGHOST PGPORT PGOPTIONS PGSERVICE
+
+fail() {
+	echo "pgproxy: FAIL: $*" >&2
+	[ ! -f "$data/proxy.log" ] || sed 's/^/  proxy log: /' "$data/proxy.log" >&2
+	exit 1
+}
+ok() { echo "pgproxy: ok: $*"; }
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+# within SECONDS CMD...: run CMD until it succeeds; false after SECONDS
+within() {
+	end=$(($(now_ms) + $1 * 1000))
+	shift
+	until "$@"; do
+		[ "$(now_ms)" -lt "$end" ] || return 1
+		sleep 0.05
+	done
+}
+
+direct() { psql -X -h "$data" -p 5432 "$@"; }
+via() { psql -X -h 127.0.0.1 -p "$port" "$@"; }
+# For `via_bg ... &`: exec, so that $! is psql itself (signals reach it), not
+# a subshell running a function
+via_bg() { exec psql -X -h 127.0.0.1 -p "$port" "$@"; }
+admin() { via -Atc "$1" pgproxy; }
+# SHOW POOLS column for database postgres: 2 size, 3 in use, 4 server
+# connections, 5 idle, 6 waiting
+pool() { admin 'SHOW POOLS' | awk -F'|' -v col="$1" '$1 == "postgres" { print $col }'; }
+pool_is() { [ "$(pool "$1")" = "$2" ]; }
+server_conns() { direct -Atc "select count(*) from pg_stat_activity where application_name = 'pgproxy' $1" postgres; }
+server_conns_is() { [ "$(server_conns "$1")" "$2" "$3" ]; }
+
+start_proxy() {
+	: >"$data/proxy.log"
+	"$proxy" --listen 127.0.0.1:0 --listen "$data" --server "host=$data port=5432" "$@" \
+		2>"$data/proxy.log" &
+	proxy_pid=$!
+	within 20 grep -q 'listening on' "$data/proxy.log" || fail "the proxy did not start"
+	port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$data/proxy.log")
+	within 20 admin 'SHOW POOLS' >/dev/null || fail "the admin console does not answer"
+}
+# stop_proxy HOW: the proxy must exit 0 (nothing leaked or left pending)
+stop_proxy() {
+	[ "$1" = signal ] && kill -TERM "$proxy_pid"
+	within 30 sh -c "! kill -0 $proxy_pid 2>/dev/null" || fail "the proxy did not exit"
+	status=0
+	wait "$proxy_pid" || status=$?
+	proxy_pid=
+	[ "$status" -eq 0 ] || fail "the proxy exited with status $status"
+	grep -q 'pgproxy: shut down' "$data/proxy.log" || fail "no clean shutdown in the log"
+}
+
+# A psql whose input the test writes line by line (fd 3).
+start_scripted() {
+	rm -f "$data/fifo"
+	mkfifo "$data/fifo"
+	via_bg -v ON_ERROR_STOP=1 postgres <"$data/fifo" >"$data/$1.out" 2>&1 &
+	scripted_pid=$!
+	exec 3>"$data/fifo"
+}
+
+as_owner initdb -D "$data/db" -A trust -U pgproxy >/dev/null
+as_owner pg_ctl -D "$data/db" -l "$data/server.log" -w \
+	-o "-k $data -c listen_addresses= -c fsync=off -c max_connections=60" start >/dev/null
+direct -q postgres <<'EOF'
+create table sample_stop ();
+create table shutdown_check (v int);
+-- The most server connections the proxy had at once, sampled every 2 ms
+-- from a direct session until a row appears in sample_stop.
+create function max_server_conns() returns int language plpgsql as $$
+declare m int := 0; n int;
+begin
+	loop
+		perform pg_stat_clear_snapshot();
+		select count(*) into n from pg_stat_activity where application_name = 'pgproxy';
+		m := greatest(m, n);
+		exit when exists (select from sample_stop);
+		perform pg_sleep(0.002);
+	end loop;
+	return m;
+end $$;
+EOF
+
+# ---- proxy A: pool 4, bands, 5 s wait timeout, 2 loop threads
+start_proxy --pool-size 4 --band application_name=interactive:0 --band user=batch:2 \
+	--default-band 1 --wait-timeout 5s --threads 2
+
+pgbench -i -s 1 -h 127.0.0.1 -p "$port" postgres >"$data/init.log" 2>&1 ||
+	{ cat "$data/init.log"; fail "pgbench -i through the proxy"; }
+ok "pgbench -i through the proxy"
+
+for mode in simple extended; do
+	direct -qc 'delete from sample_stop' postgres
+	direct -Atc 'select max_server_conns()' postgres >"$data/max" &
+	sampler=$!
+	status=0
+	pgbench -c 16 -j 2 -T 5 -M "$mode" -h 127.0.0.1 -p "$port" postgres >"$data/bench.log" 2>&1 || status=$?
+	direct -qc 'insert into sample_stop default values' postgres
+	wait "$sampler"
+	max=$(cat "$data/max")
+	[ "$status" -eq 0 ] || { cat "$data/bench.log"; fail "pgbench -M $mode exited $status"; }
+	grep -q '^number of failed transactions: 0 ' "$data/bench.log" ||
+		{ cat "$data/bench.log"; fail "pgbench -M $mode: failed transactions"; }
+	[ "$max" -ge 1 ] && [ "$max" -le 4 ] ||
+		fail "pgbench -M $mode: $max server connections at once, pool size 4"
+	ok "pgbench -c 16 -j 2 -T 5 -M $mode: $(grep '^number of transactions actually' "$data/bench.log" |
+		sed 's/.*: //') transactions, 0 failed, $(grep '^tps' "$data/bench.log" | sed 's/ (.*//'), at most $max server connections (pool size 4)"
+done
+
+# ---- psql through the proxy gives what psql gives directly
+cat >"$data/query.sql" <<'EOF'
+select 1 as x, 'text' as y, 2.5::numeric as z;
+EOF
+cat >"$data/rollback.sql" <<'EOF'
+begin;
+insert into shutdown_check values (-1);
+select 1/0;
+select 2;
+rollback;
+select count(*) as after_rollback from shutdown_check;
+EOF
+cat >"$data/describe.sql" <<'EOF'
+\d pgbench_accounts
+\dt
+EOF
+cat >"$data/copy.sql" <<'EOF'
+begin;
+create temp table copied (a int, b text) on commit drop;
+\copy copied from stdin
+1	one
+2	two, with "quotes"
+3	\N
+\.
+copy copied to stdout;
+select count(*), count(b) from copied;
+commit;
+copy (select * from pgbench_accounts order by aid limit 2000) to stdout;
+EOF
+for f in query rollback describe copy; do
+	direct -f "$data/$f.sql" postgres >"$data/$f.direct" 2>&1 || true
+	via -f "$data/$f.sql" postgres >"$data/$f.via" 2>&1 || true
+	cmp -s "$data/$f.direct" "$data/$f.via" ||
+		{ diff "$data/$f.direct" "$data/$f.via" | head -20; fail "psql -f $f.sql differs through the proxy"; }
+done
+direct -c 'select 1 as a; select 2 as b' postgres >"$data/multi.direct" 2>&1
+via -c 'select 1 as a; select 2 as b' postgres >"$data/multi.via" 2>&1
+cmp -s "$data/multi.direct" "$data/multi.via" || fail "a multi-statement query differs through the proxy"
+grep -q 'division by zero' "$data/rollback.via" && grep -q '^2	two, with "quotes"$' "$data/copy.via" &&
+	grep -q '^ *3 | *2$' "$data/copy.via" ||
+	fail "the psql scripts did not run as expected"
+ok "psql: a query, an error in a transaction then ROLLBACK, \\d, COPY in and out, a multi-statement query: same as direct"
+
+if pgbench -M prepared -c 1 -t 1 -h 127.0.0.1 -p "$port" postgres >"$data/prepared.log" 2>&1 ||
+	! grep -q 'named prepared statements are not supported' "$data/prepared.log"; then
+	cat "$data/prepared.log"
+	fail "pgbench -M prepared was not refused clearly"
+fi
+ok "named prepared statements (pgbench -M prepared) get: $(grep -o 'ERROR:  pgproxy: named[^;]*' "$data/prepared.log" | head -1)"
+
+# ---- RESIZE grows and shrinks a live pool under load
+admin 'RESIZE postgres 2' >/dev/null
+pgbench -c 8 -j 2 -T 15 -S -h 127.0.0.1 -p "$port" postgres >"$data/resize.log" 2>&1 &
+loadgen=$!
+within 10 server_conns_is '' -eq 2 || fail "RESIZE 2: the pool did not fill to 2 under load"
+admin 'RESIZE postgres 6' >/dev/null
+within 10 server_conns_is '' -eq 6 || fail "RESIZE 6: $(server_conns '') server connections, not 6"
+admin 'RESIZE postgres 1' >/dev/null
+within 10 server_conns_is '' -le 1 || fail "RESIZE 1: $(server_conns '') server connections, not 1"
+within 10 pool_is 3 1 || fail "RESIZE 1: $(pool 3) passes in use"
+admin 'RESIZE postgres 4' >/dev/null
+status=0
+wait "$loadgen" || status=$?
+[ "$status" -eq 0 ] && grep -q '^number of failed transactions: 0 ' "$data/resize.log" ||
+	{ cat "$data/resize.log"; fail "pgbench under RESIZE"; }
+ok "RESIZE under load (pgbench -c 8 -S): 2 -> 6 -> 1 server connections, 0 failed transactions"
+
+# ---- a queued client that hangs up leaves no trace; CancelRequest
+admin 'RESIZE postgres 1' >/dev/null
+via_bg -c 'select pg_sleep(60)' postgres >"$data/cancel.out" 2>&1 &
+sleeper=$!
+within 10 server_conns_is "and state = 'active' and query = 'select pg_sleep(60)'" -eq 1 ||
+	fail "the pg_sleep(60) query did not start"
+via_bg -c 'select 1' postgres >/dev/null 2>&1 &
+queued=$!
+within 10 pool_is 6 1 || fail "the second client is not queued (waiting $(pool 6))"
+kill -KILL "$queued"
+wait "$queued" 2>/dev/null || true
+within 3 pool_is 6 0 || fail "a queued client hung up: still $(pool 6) waiting"
+# withdrawn, not timed out (this proxy's --wait-timeout is 5 s)
+timed_out=$(admin 'SHOW BANDS' | awk -F'|' '{ n += $4 } END { print n }')
+[ "$timed_out" = 0 ] || fail "$timed_out waits timed out; the queued client was not withdrawn"
+ok "a queued client that disconnects leaves the queue at once (SHOW POOLS waiting 1 -> 0, no timeout)"
+
+t0=$(now_ms)
+kill -INT "$sleeper" # psql sends a CancelRequest, which the proxy forwards
+status=0
+wait "$sleeper" || status=$?
+elapsed=$(($(now_ms) - t0))
+grep -q 'canceling statement due to user request' "$data/cancel.out" ||
+	{ cat "$data/cancel.out"; fail "CancelRequest did not reach the server connection"; }
+[ "$elapsed" -lt 1000 ] || fail "CancelRequest took $elapsed ms"
+within 5 pool_is 3 0 || fail "the cancelled client still holds its pass"
+ok "CancelRequest (psql on SIGINT) stops pg_sleep(60) through the proxy in $elapsed ms"
+
+# ---- a client that disconnects inside a transaction costs that connection
+start_scripted intx
+echo "begin; insert into shutdown_check values (-2); select 'in transaction';" >&3
+within 10 server_conns_is "and state = 'idle in transaction'" -eq 1 || fail "the transaction did not start"
+kill -KILL "$scripted_pid"
+exec 3>&-
+wait "$scripted_pid" 2>/dev/null || true
+within 10 server_conns_is "and state = 'idle in transaction'" -eq 0 ||
+	fail "a client left inside a transaction: its server connection is still in it"
+within 5 pool_is 3 0 || fail "a client left inside a transaction: its pass is still held"
+[ "$(via -Atc 'select count(*) from shutdown_check' postgres)" = 0 ] ||
+	fail "the abandoned transaction's insert is visible"
+ok "a client that disconnects inside a transaction: its server connection is closed (rolled back), the pool goes on"
+
+# ---- a server connection that dies mid-transaction
+start_scripted died
+echo "begin; select 'in transaction';" >&3
+within 10 server_conns_is "and state = 'idle in transaction'" -eq 1 || fail "the transaction did not start"
+direct -Atc "select pg_terminate_backend(pid) from pg_stat_activity
+	     where application_name = 'pgproxy' and state = 'idle in transaction'" postgres >/dev/null
+echo "select 'after the server died';" >&3
+exec 3>&-
+wait "$scripted_pid" 2>/dev/null || true
+grep -q 'server connection was lost' "$data/died.out" ||
+	{ cat "$data/died.out"; fail "no error for a server connection lost mid-transaction"; }
+[ "$(via -Atc 'select 42' postgres)" = 42 ] || fail "the pool did not recover from a dead server connection"
+ok "a server connection killed mid-transaction: the client gets \"$(grep -o 'pgproxy: the server connection[^"]*' "$data/died.out" | head -1)\", the pool recovers"
+
+admin 'SHOW BANDS' >"$data/bands"
+stop_proxy signal
+ok "SIGTERM: the proxy exits 0 ($(awk -F'|' '{ n += $3 } END { print n }' "$data/bands") transactions admitted)"
+
+# ---- proxy B: pool 1, 1 s wait timeout; --wait-timeout and SHUTDOWN
+start_proxy --pool-size 1 --wait-timeout 1s --threads 2
+start_scripted holder
+echo "begin; insert into shutdown_check values (1); select 'holding';" >&3
+within 10 server_conns_is "and state = 'idle in transaction'" -eq 1 || fail "the holder's transaction did not start"
+
+t0=$(now_ms)
+if via -v VERBOSITY=verbose -c 'select 1' postgres >"$data/timeout.out" 2>&1; then
+	fail "a queued client was served while the only connection was held"
+fi
+elapsed=$(($(now_ms) - t0))
+grep -q '57014' "$data/timeout.out" && grep -q 'wait-timeout' "$data/timeout.out" ||
+	{ cat "$data/timeout.out"; fail "--wait-timeout did not give the 57014 error"; }
+[ "$elapsed" -ge 1000 ] && [ "$elapsed" -lt 4000 ] || fail "--wait-timeout 1s ended the wait after $elapsed ms"
+ok "--wait-timeout 1s: after $elapsed ms, $(grep -o '57014.*' "$data/timeout.out" | head -1)"
+
+via_bg -c 'select 1' postgres >"$data/queued.out" 2>&1 &
+queued=$!
+within 10 pool_is 6 1 || fail "the second client is not queued"
+admin 'SHUTDOWN' >/dev/null
+status=0
+wait "$queued" || status=$?
+[ "$status" -ne 0 ] && grep -q 'shutting down' "$data/queued.out" ||
+	{ cat "$data/queued.out"; fail "SHUTDOWN: the queued client did not get an error"; }
+echo "commit;" >&3
+exec 3>&-
+status=0
+wait "$scripted_pid" || status=$?
+grep -q '^COMMIT' "$data/holder.out" || { cat "$data/holder.out"; fail "SHUTDOWN: the open transaction did not commit"; }
+stop_proxy shutdown
+[ "$(direct -Atc 'select count(*) from shutdown_check where v = 1' postgres)" = 1 ] ||
+	fail "SHUTDOWN: the committed row is missing"
+ok "SHUTDOWN: the queued client gets \"$(grep -o 'pgproxy is shutting down' "$data/queued.out" | head -1)\", the open transaction commits, the proxy exits 0"
