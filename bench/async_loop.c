@@ -151,8 +151,7 @@ enum phase { WARMUP, MEASURE, DRAIN };
 /* A waiter in the libuv comparator's heap: a loop client or a blocking
  * thread. */
 struct qent {
-	ts_claim claim;
-	uint64_t arrival;
+	struct claimed key; /* first: the heap's entry (comparators.h) */
 	struct loop *loop; /* NULL: a blocking thread, woken through sem */
 	struct qent *next; /* the loop's granted list */
 	sem_t *sem;
@@ -160,7 +159,7 @@ struct qent {
 
 struct client {
 	ts_async node; /* turnstile */
-	struct qent q; /* libuv (q.claim is the claim for both) */
+	struct qent q; /* libuv (q.key.claim is the claim for both) */
 	struct loop *loop;
 	int64_t queued_at;
 	ts_pass pass;        /* a pass taken at once while the loop starts */
@@ -232,7 +231,7 @@ struct run {
 	int64_t free_passes;
 	uint64_t arrivals;
 	int n;
-	struct qent **heap;
+	struct claimed **heap; /* qents */
 	_Atomic int loops_done, closing;
 	struct loop loops[LOOPS];
 	struct blocker blockers[MAX_BLOCKING];
@@ -246,43 +245,6 @@ static int phase_of(struct run *r)
 
 /* ---- the libuv comparator's queue ------------------------------------------ */
 
-static bool q_less(const struct qent *a, const struct qent *b)
-{
-	return claim_less(&a->claim, a->arrival, &b->claim, b->arrival);
-}
-
-static void q_push(struct run *r, struct qent *w)
-{
-	int i = r->n++;
-	r->heap[i] = w;
-	while (i > 0 && q_less(r->heap[i], r->heap[(i - 1) / 2])) {
-		struct qent *t = r->heap[i];
-		r->heap[i] = r->heap[(i - 1) / 2];
-		r->heap[(i - 1) / 2] = t;
-		i = (i - 1) / 2;
-	}
-}
-
-static struct qent *q_pop(struct run *r)
-{
-	struct qent *top = r->heap[0];
-	r->heap[0] = r->heap[--r->n];
-	for (int i = 0;;) {
-		int l = 2 * i + 1, rt = l + 1, m = i;
-		if (l < r->n && q_less(r->heap[l], r->heap[m]))
-			m = l;
-		if (rt < r->n && q_less(r->heap[rt], r->heap[m]))
-			m = rt;
-		if (m == i)
-			break;
-		struct qent *t = r->heap[i];
-		r->heap[i] = r->heap[m];
-		r->heap[m] = t;
-		i = m;
-	}
-	return top;
-}
-
 /* Take a free pass (true) or queue @w (false: a grant will tell it). */
 static bool uvq_wait(struct run *r, struct qent *w)
 {
@@ -292,8 +254,8 @@ static bool uvq_wait(struct run *r, struct qent *w)
 		pthread_mutex_unlock(&r->mu);
 		return true;
 	}
-	w->arrival = r->arrivals++;
-	q_push(r, w);
+	w->key.arrival = r->arrivals++;
+	claim_heap_push(r->heap, &r->n, &w->key);
 	pthread_mutex_unlock(&r->mu);
 	return false;
 }
@@ -306,7 +268,7 @@ static void uvq_return(struct run *r, struct counts *c)
 
 	pthread_mutex_lock(&r->mu);
 	if (r->n) {
-		struct qent *w = q_pop(r);
+		struct qent *w = (struct qent *)claim_heap_pop(r->heap, &r->n);
 		if (w->loop) {
 			struct loop *l = w->loop;
 			w->next = NULL;
@@ -477,14 +439,14 @@ static void client_queue(struct client *c, bool starting)
 
 	for (;;) {
 		c->queued_at = ts_now_ns();
-		c->q.claim = (ts_claim){ (int)(xorshift(&c->rng) % BANDS), c->queued_at,
+		c->q.key.claim = (ts_claim){ (int)(xorshift(&c->rng) % BANDS), c->queued_at,
 					 l->seq++ << 4 | (uint64_t)l->id };
-		audit_register(r, c->slot, &c->q.claim);
+		audit_register(r, c->slot, &c->q.key.claim);
 		if (phase_of(r) == MEASURE)
 			l->c.waits++;
 		ts_pass pass = TS_PASS_NONE;
 		if (r->impl == I_TURNSTILE) {
-			int e = ts_turnstile_wait_async(r->ts, &c->q.claim, 0, NULL, l->n, &c->node,
+			int e = ts_turnstile_wait_async(r->ts, &c->q.key.claim, 0, NULL, l->n, &c->node,
 							on_turn, c, &pass);
 			if (e == EINPROGRESS)
 				return;
@@ -599,14 +561,14 @@ static void *blocker_main(void *p)
 	while (phase_of(r) != DRAIN) {
 		int ph = phase_of(r);
 		int64_t t0 = ts_now_ns();
-		b->q.claim = (ts_claim){ (int)(xorshift(&b->rng) % BANDS), t0,
+		b->q.key.claim = (ts_claim){ (int)(xorshift(&b->rng) % BANDS), t0,
 					 b->seq++ << 4 | (uint64_t)(LOOPS + b->id) };
-		audit_register(r, b->slot, &b->q.claim);
+		audit_register(r, b->slot, &b->q.key.claim);
 		if (ph == MEASURE)
 			b->c.waits++;
 		ts_pass pass;
 		if (r->impl == I_TURNSTILE) {
-			int e = ts_turnstile_wait(r->ts, &b->q.claim, 0, NULL, &pass);
+			int e = ts_turnstile_wait(r->ts, &b->q.key.claim, 0, NULL, &pass);
 			if (e)
 				die("ts_turnstile_wait", e);
 		} else if (!uvq_wait(r, &b->q)) {

@@ -16,38 +16,41 @@ bool claim_less(const ts_claim *a, uint64_t arrival_a, const ts_claim *b, uint64
 
 /* ---- strict: heap + a condvar per waiter ------------------------------- */
 
-static bool heap_less(struct strict_waiter *a, struct strict_waiter *b)
+static bool heap_less(const struct claimed *a, const struct claimed *b)
 {
 	return claim_less(&a->claim, a->arrival, &b->claim, b->arrival);
 }
 
-static void heap_push(struct strict_turnstile *s, struct strict_waiter *w)
+static void heap_swap(struct claimed **heap, int i, int j)
 {
-	int i = s->n++;
-	s->heap[i] = w;
-	while (i > 0 && heap_less(s->heap[i], s->heap[(i - 1) / 2])) {
-		struct strict_waiter *t = s->heap[i];
-		s->heap[i] = s->heap[(i - 1) / 2];
-		s->heap[(i - 1) / 2] = t;
+	struct claimed *t = heap[i];
+	heap[i] = heap[j];
+	heap[j] = t;
+}
+
+void claim_heap_push(struct claimed **heap, int *n, struct claimed *e)
+{
+	int i = (*n)++;
+	heap[i] = e;
+	while (i > 0 && heap_less(heap[i], heap[(i - 1) / 2])) {
+		heap_swap(heap, i, (i - 1) / 2);
 		i = (i - 1) / 2;
 	}
 }
 
-static struct strict_waiter *heap_pop(struct strict_turnstile *s)
+struct claimed *claim_heap_pop(struct claimed **heap, int *n)
 {
-	struct strict_waiter *top = s->heap[0];
-	s->heap[0] = s->heap[--s->n];
+	struct claimed *top = heap[0];
+	heap[0] = heap[--*n];
 	for (int i = 0;;) {
 		int l = 2 * i + 1, r = l + 1, m = i;
-		if (l < s->n && heap_less(s->heap[l], s->heap[m]))
+		if (l < *n && heap_less(heap[l], heap[m]))
 			m = l;
-		if (r < s->n && heap_less(s->heap[r], s->heap[m]))
+		if (r < *n && heap_less(heap[r], heap[m]))
 			m = r;
 		if (m == i)
 			break;
-		struct strict_waiter *t = s->heap[i];
-		s->heap[i] = s->heap[m];
-		s->heap[m] = t;
+		heap_swap(heap, i, m);
 		i = m;
 	}
 	return top;
@@ -74,9 +77,9 @@ void strict_wait(struct strict_turnstile *s, const ts_claim *claim)
 		pthread_mutex_unlock(&s->mu);
 		return;
 	}
-	struct strict_waiter me = { .claim = *claim, .arrival = s->arrivals++, .granted = false };
+	struct strict_waiter me = { .key = { *claim, s->arrivals++ }, .granted = false };
 	pthread_cond_init(&me.cond, NULL);
-	heap_push(s, &me);
+	claim_heap_push(s->heap, &s->n, &me.key);
 	while (!me.granted)
 		pthread_cond_wait(&me.cond, &s->mu);
 	pthread_mutex_unlock(&s->mu);
@@ -87,7 +90,7 @@ void strict_return(struct strict_turnstile *s)
 {
 	pthread_mutex_lock(&s->mu);
 	if (s->n) {
-		struct strict_waiter *w = heap_pop(s);
+		struct strict_waiter *w = (struct strict_waiter *)claim_heap_pop(s->heap, &s->n);
 		w->granted = true;
 		pthread_cond_signal(&w->cond);
 	} else {

@@ -22,9 +22,20 @@
 
 #define COMPARATOR_MAX_WAITERS 1024
 
-struct strict_waiter {
+/* A queued claim, arrival as the last tie-break: the first member of each
+ * comparator's waiter, so one binary heap serves them all. */
+struct claimed {
 	ts_claim claim;
 	uint64_t arrival;
+};
+
+/* A min-heap of @*n claims in @heap (room is the caller's): push, and pop
+ * the best. */
+void claim_heap_push(struct claimed **heap, int *n, struct claimed *e);
+struct claimed *claim_heap_pop(struct claimed **heap, int *n);
+
+struct strict_waiter {
+	struct claimed key; /* first: the heap's entry */
 	pthread_cond_t cond;
 	bool granted;
 };
@@ -34,7 +45,7 @@ struct strict_turnstile {
 	int64_t available;
 	uint64_t arrivals;
 	int n;
-	struct strict_waiter *heap[COMPARATOR_MAX_WAITERS];
+	struct claimed *heap[COMPARATOR_MAX_WAITERS]; /* strict_waiters */
 };
 
 void strict_init(struct strict_turnstile *s, int64_t conc);
