@@ -292,40 +292,37 @@ static int refuse(ts_waitlist *w, int64_t deadline_ns, const ts_cancel *cancel)
 	return 0;
 }
 
-/* A take's answer at the call, lock held: a ready item (0, whatever the
- * state) or a refusal, either with the lock dropped; or EINPROGRESS, the
- * lock still held: the taker must queue. */
-static int ready_or_refused(ts_waitlist *w, int64_t deadline_ns, const ts_cancel *cancel,
-			    void **item)
+/* Lock held, an item ready: take it (whatever the state) and unlock. */
+static inline int pop_ready(ts_waitlist *w, void **item)
 {
-	int r;
-
-	if (w->n_ready) {
-		*item = w->ready[--w->n_ready];
-		spin_unlock(&w->lock);
-		return 0;
-	}
-	if ((r = refuse(w, deadline_ns, cancel))) {
-		count_refusal(w, r);
-		spin_unlock(&w->lock);
-		return r;
-	}
-	return EINPROGRESS;
+	*item = w->ready[--w->n_ready];
+	spin_unlock(&w->lock);
+	return 0;
 }
 
-TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
-			    void *load_arg, int64_t deadline_ns, ts_cancel *cancel)
+/* Lock held, nothing ready: a refusal, counted, with the lock dropped; or
+ * 0 with the lock still held: the taker must queue. */
+static int refused(ts_waitlist *w, int64_t deadline_ns, const ts_cancel *cancel)
+{
+	int r = refuse(w, deadline_ns, cancel);
+
+	if (r) {
+		count_refusal(w, r);
+		spin_unlock(&w->lock);
+	}
+	return r;
+}
+
+/* Lock held, nothing ready: refuse, or queue and park.  Out of line so
+ * that the ready path (ts_waitlist_take) saves no registers for it. */
+static __attribute__((noinline)) int take_queued(ts_waitlist *w, void **item, ts_load_fn load,
+						 void *load_arg, int64_t deadline_ns,
+						 ts_cancel *cancel)
 {
 	struct taker n;
 	int r;
 
-	if (!item)
-		return EINVAL;
-	*item = NULL;
-	if (!w)
-		return EINVAL;
-	spin_lock(&w->lock);
-	if ((r = ready_or_refused(w, deadline_ns, cancel, item)) != EINPROGRESS)
+	if ((r = refused(w, deadline_ns, cancel)))
 		return r;
 	/* Join the queue first: a loader counts as a waiter, and the item it
 	 * makes goes to the oldest idle taker. */
@@ -364,6 +361,20 @@ TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
 		ts_lib_cancel_unwatch(cancel, &n.w);
 	TS_PROBE3(take__done, w, ts_now_ns() - start, r);
 	return r;
+}
+
+TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
+			    void *load_arg, int64_t deadline_ns, ts_cancel *cancel)
+{
+	if (!item)
+		return EINVAL;
+	*item = NULL;
+	if (!w)
+		return EINVAL;
+	spin_lock(&w->lock);
+	if (w->n_ready)
+		return pop_ready(w, item);
+	return take_queued(w, item, load, load_arg, deadline_ns, cancel);
 }
 
 /* --- event-loop takers (async.h) ---------------------------------------- */
@@ -418,7 +429,9 @@ TS_API int ts_waitlist_take_async(ts_waitlist *w, int64_t deadline_ns, ts_cancel
 	n->item = NULL;
 	n->loading = false;
 	spin_lock(&w->lock);
-	if ((r = ready_or_refused(w, deadline_ns, cancel, item)) != EINPROGRESS)
+	if (w->n_ready)
+		return pop_ready(w, item);
+	if ((r = refused(w, deadline_ns, cancel)))
 		return r;
 	if (slot_free(w)) {
 		w->created++;
@@ -446,20 +459,16 @@ TS_API bool ts_waitlist_try_take(ts_waitlist *w, void **item)
 	return got;
 }
 
-/* Give @item to the oldest idle taker, or push it on the ready stack.
- * false: closed (unless @even_closed), or the stack could not grow. */
-static bool put_item(ts_waitlist *w, void *item, bool even_closed)
+/* Lock held: give @item to the oldest idle taker, or push it on the ready
+ * stack, growing the stack outside the lock.  Drops the lock.  false:
+ * closed (unless @even_closed), or the stack could not grow. */
+static __attribute__((noinline)) bool put_locked(ts_waitlist *w, void *item, bool even_closed)
 {
 	struct wakeups wk;
 	bool grow_failed = false;
 
 	wakeups_init(&wk);
-	for (;;) {
-		spin_lock(&w->lock);
-		if (w->closed && !even_closed) {
-			spin_unlock(&w->lock);
-			return false;
-		}
+	while (!w->closed || even_closed) {
 		struct taker *h = oldest_idle(w);
 		if (h) {
 			give(w, h, item, &wk);
@@ -467,20 +476,22 @@ static bool put_item(ts_waitlist *w, void *item, bool even_closed)
 		} else if (w->n_ready < w->room) {
 			w->ready[w->n_ready++] = item;
 		} else if (grow_failed) {
-			spin_unlock(&w->lock); /* ENOMEM, and still nobody idle waits */
-			return false;
+			break; /* ENOMEM, and still nobody idle waits */
 		} else {
 			size_t need = w->n_ready + 1;
 			spin_unlock(&w->lock);
 			/* on failure, look once more under the lock: a taker may
 			 * have queued meanwhile, and must get the item */
 			grow_failed = !grow_ready(w, need);
+			spin_lock(&w->lock);
 			continue;
 		}
 		spin_unlock(&w->lock);
 		wakeups_flush(&wk);
 		return true;
 	}
+	spin_unlock(&w->lock);
+	return false;
 }
 
 TS_API bool ts_waitlist_put(ts_waitlist *w, void *item)
@@ -488,14 +499,23 @@ TS_API bool ts_waitlist_put(ts_waitlist *w, void *item)
 	if (!w)
 		return false;
 	TS_PROBE2(put, w, item);
-	return put_item(w, item, false);
+	spin_lock(&w->lock);
+	/* The common case, nobody queued and room on the stack, inline:
+	 * put_locked's answer for it, without its wake batch. */
+	if (!w->head && !w->closed && w->n_ready < w->room) {
+		w->ready[w->n_ready++] = item;
+		spin_unlock(&w->lock);
+		return true;
+	}
+	return put_locked(w, item, false);
 }
 
 /* A closed list still hands out ready items, so an item granted before the
  * close goes back on the stack: never lost. */
 bool ts_lib_waitlist_hand_back(ts_waitlist *w, void *item)
 {
-	return put_item(w, item, true);
+	spin_lock(&w->lock);
+	return put_locked(w, item, true);
 }
 
 /* Free one creation slot for the oldest idle taker.  @why: a discard is
