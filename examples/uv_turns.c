@@ -9,7 +9,7 @@
  * the other clients are served in claim order.  Exits 0 when each client
  * that stayed was served and the one that left was not.
  *
- *   cc -std=c11 uv_turns.c $(pkg-config --cflags --libs libuv) -lturnstile
+ *   cc -std=c11 uv_turns.c $(pkg-config --cflags --libs turnstile libuv)
  */
 #define _POSIX_C_SOURCE 200809L /* uv.h, under -std=c11 */
 #include <errno.h>

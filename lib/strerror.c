@@ -26,13 +26,13 @@ TS_API const char *ts_strerror(int err)
 	case EAGAIN:
 		return "too many waiters: the waitlist's waiter cap is reached";
 	case EBUSY:
-		return "busy: still in use";
+		return "busy: a wait is still pending on the node or the notifier";
 	case EINPROGRESS:
-		return "queued: the outcome is delivered later";
+		return "queued: the outcome is delivered later, to the callback";
 	case ENOENT:
-		return "not pending: nothing to withdraw";
+		return "not pending: the node has no wait to withdraw";
 	case EALREADY:
-		return "already completed";
+		return "already completed: the wait's pass, item or slot was handed on";
 	default: {
 		/* Any other value is a load function's own error.  strerrordesc_np
 		 * is thread-safe (strerror need not be); NULL when unknown. */

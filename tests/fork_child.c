@@ -1,14 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /* fork() without exec, as pre-fork daemons and daemon(3) do: the child may
  * create, use and free new objects and free inherited idle ones (DESIGN.md,
- * "Lifetimes, fork and C++").  liburcu's hash table runs resizes on a
- * worker thread that the child does not have; without the fork hooks the
- * library installs, ts_set_free in the child hangs for ever.
+ * "Lifetimes, fork and C++"), notifiers included: the child frees an
+ * inherited idle notifier and runs an event loop's waits on a new one,
+ * and the parent's notifier (whose fds the child shared) keeps working.
+ * liburcu's hash table runs resizes on a worker thread that the child does
+ * not have; without the fork hooks the library installs, ts_set_free in
+ * the child hangs for ever.
  *
  * A plain program, not Criterion (which runs tests in forked workers of
  * its own).  Every child runs under a deadline: the parent polls waitpid
  * and kills a child that has not finished, so a hang is a failure. */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -43,7 +47,63 @@ static int fill_set(ts_set *s, int n)
 	return 0;
 }
 
-/* Create, use and free a new set, turnstile and waitlist. */
+static void record(ts_async *node, int result, void *arg)
+{
+	int *got = arg;
+	*got = result;
+	if (result == 0) {
+		ts_pass pass = ts_async_pass(node);
+		*got = ts_pass_issued(&pass) ? 0 : -2;
+		ts_pass_return(&pass);
+	}
+}
+
+/* Poll @n's fd as a loop would (under a deadline of its own) and dispatch:
+ * the number of callbacks that ran, -1 if the fd never became readable. */
+static int poll_and_dispatch(ts_notifier *n)
+{
+	struct pollfd pfd = { ts_notifier_fd(n), POLLIN, 0 };
+	if (poll(&pfd, 1, 5000) != 1)
+		return -1;
+	return ts_notifier_dispatch(n);
+}
+
+/* An event loop's waits on a new notifier: a turn queued behind a held
+ * pass and granted when it comes back, one that times out with no timer
+ * of the caller's, and a waitlist take that creates. */
+static int use_new_notifier(void)
+{
+	ts_notifier *n = ts_notifier_new();
+	ts_turnstile *t = ts_turnstile_new(1);
+	ts_waitlist *w = ts_waitlist_new(1, 0);
+	CHECK(n && t && w);
+	ts_claim claim = { 0, ts_now_ns(), 1 };
+	ts_pass held = TS_PASS_NONE, now = TS_PASS_NONE;
+	ts_async node = TS_ASYNC_INIT;
+	int got = -99;
+	CHECK(ts_turnstile_wait(t, &claim, 0, NULL, &held) == 0);
+	CHECK(ts_turnstile_wait_async(t, &claim, 0, NULL, n, &node, record, &got, &now) ==
+	      EINPROGRESS);
+	ts_pass_return(&held);
+	CHECK(poll_and_dispatch(n) == 1 && got == 0);
+
+	CHECK(ts_turnstile_wait(t, &claim, 0, NULL, &held) == 0);
+	got = -99;
+	CHECK(ts_turnstile_wait_async(t, &claim, ts_now_ns() + 20000000, NULL, n, &node, record,
+				      &got, &now) == EINPROGRESS);
+	CHECK(poll_and_dispatch(n) == 1 && got == ETIMEDOUT);
+	ts_pass_return(&held);
+
+	void *item = &got;
+	CHECK(ts_waitlist_take_async(w, 0, NULL, n, &node, record, &got, &item) == TS_CREATE);
+	CHECK(item == NULL && ts_waitlist_put(w, &got));
+	CHECK(ts_notifier_free(n) == 0);
+	ts_turnstile_free(t);
+	ts_waitlist_free(w);
+	return 0;
+}
+
+/* Create, use and free a new set, turnstile, waitlist and notifier. */
 static int use_new_objects(int shards)
 {
 	ts_set *s = ts_set_new();
@@ -67,6 +127,22 @@ static int use_new_objects(int shards)
 	CHECK(w && ts_waitlist_take(w, &item, NULL, NULL, 0, NULL) == 0);
 	CHECK(ts_waitlist_put(w, item));
 	ts_waitlist_free(w);
+	return use_new_notifier();
+}
+
+/* One async turn on @n, granted when a pass on @t comes back. */
+static int use_notifier(ts_notifier *n, ts_turnstile *t)
+{
+	ts_claim claim = { 0, ts_now_ns(), 1 };
+	ts_pass held = TS_PASS_NONE, now = TS_PASS_NONE;
+	ts_async node = TS_ASYNC_INIT;
+	int got = -99;
+	CHECK(ts_turnstile_resize(t, 1) == 0);
+	CHECK(ts_turnstile_wait(t, &claim, 0, NULL, &held) == 0);
+	CHECK(ts_turnstile_wait_async(t, &claim, 0, NULL, n, &node, record, &got, &now) ==
+	      EINPROGRESS);
+	ts_pass_return(&held);
+	CHECK(poll_and_dispatch(n) == 1 && got == 0);
 	return 0;
 }
 
@@ -74,6 +150,7 @@ struct inherited {
 	ts_set *set;
 	ts_turnstile *turnstile;
 	ts_waitlist *waitlist;
+	ts_notifier *notifier; /* idle: no wait pending at the fork */
 };
 
 /* Fork; the child runs @body and exits with its result.  The parent waits
@@ -123,6 +200,7 @@ static int child_frees_inherited_and_makes_new(void *p)
 	ts_set_free(in->set);
 	ts_turnstile_free(in->turnstile);
 	ts_waitlist_free(in->waitlist);
+	CHECK(ts_notifier_free(in->notifier) == 0);
 	return use_new_objects(3000);
 }
 
@@ -173,10 +251,12 @@ int main(void)
 #endif
 
 	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
-		struct inherited in = { ts_set_new(), ts_turnstile_new(2), ts_waitlist_new(2, 0) };
+		struct inherited in = { ts_set_new(), ts_turnstile_new(2), ts_waitlist_new(2, 0),
+					ts_notifier_new() };
 		char what[96];
 		void *item;
-		if (!in.set || !in.turnstile || !in.waitlist || fill_set(in.set, sizes[k]) ||
+		if (!in.set || !in.turnstile || !in.waitlist || !in.notifier ||
+		    fill_set(in.set, sizes[k]) || use_notifier(in.notifier, in.turnstile) ||
 		    ts_waitlist_take(in.waitlist, &item, NULL, NULL, 0, NULL) ||
 		    !ts_waitlist_put(in.waitlist, item)) {
 			fprintf(stderr, "fork_child: parent set-up failed\n");
@@ -188,6 +268,12 @@ int main(void)
 		/* the parent goes on using its set after the fork */
 		snprintf(what, sizeof(what), "parent with %d shards keeps working after the fork", sizes[k]);
 		expect(fill_set(in.set, sizes[k] + 100) != 0, what);
+		snprintf(what, sizeof(what), "parent's notifier still works after the child freed its copy");
+		expect(use_notifier(in.notifier, in.turnstile) != 0, what);
+		if (ts_notifier_free(in.notifier)) {
+			failures++;
+			fprintf(stderr, "fork_child: FAIL the parent's notifier is not idle\n");
+		}
 		ts_set_free(in.set);
 		ts_turnstile_free(in.turnstile);
 		ts_waitlist_free(in.waitlist);
@@ -196,7 +282,7 @@ int main(void)
 	int shards = 2000, bad = 0;
 	for (int i = 0; i < 100; i++)
 		bad += in_child("one of 100 forks in a row", child_makes_new, &shards) != 0;
-	expect(bad, "100 forks in a row, each child makes and frees a set of 2000 shards");
+	expect(bad, "100 forks in a row, each child makes and frees a set of 2000 shards and a notifier");
 
 #if defined(__SANITIZE_ADDRESS__)
 	/* gcc 12's AddressSanitizer does not hold its allocator's lock

@@ -2,11 +2,22 @@
 # SPDX-License-Identifier: MIT
 # The USDT probes are in the built library (readelf -n lists each as a
 # stapsdt note of provider libturnstile) — or, in a --disable-usdt build,
-# none is.
+# none is.  Every probe in the library's source has its row (with its
+# arguments) in docs/probes.md and its name in libturnstile(7).
 set -e
+src=$(cd "$(dirname "$0")/.." && pwd)
 lib=.libs/libturnstile.so
 notes=$(readelf -n "$lib" | awk '/Provider:/ { p = $2 } /Name:/ && p == "libturnstile" { print $2 }' | sort -u)
 expected="async__cancel async__done async__queue close create discard pass__return put resize take__done take__start wait__done wait__fail wait__start"
+in_source=$(grep -ho 'TS_PROBE[0-9](\([a-z_]*\)' "$src"/lib/*.c | sed 's/.*(//' | sort -u)
+[ "$(echo $in_source)" = "$expected" ] ||
+	{ echo "probes: lib/ has $(echo $in_source), this test expects $expected" >&2; exit 1; }
+for probe in $expected; do
+	grep -q "^| \`$probe\` |" "$src/docs/probes.md" ||
+		{ echo "probes: $probe has no row in docs/probes.md" >&2; exit 1; }
+	grep -q "\b$probe\b" "$src/man/libturnstile.7" ||
+		{ echo "probes: $probe missing from libturnstile(7)" >&2; exit 1; }
+done
 if [ "$TS_USDT" = yes ]; then
 	for probe in $expected; do
 		echo "$notes" | grep -qx "$probe" || { echo "probes: $probe missing from $lib" >&2; exit 1; }

@@ -38,19 +38,37 @@ cat > "$prog/clash.c" <<'C'
 #include <turnstile.h>
 int skip_init, skip_insert, skip_remove, claim_before;
 int cancel_watch, cancel_unwatch, waiter_park;
+int notifier_collect, async_complete, async_begin, waitlist_withdraw;
+static void on_take(ts_async *node, int result, void *arg)
+{
+	(void)node;
+	(void)result;
+	(void)arg;
+}
 int main(void)
 {
 	ts_turnstile *t = ts_turnstile_new(1);
+	ts_waitlist *w = ts_waitlist_new(1, 0);
+	ts_notifier *n = ts_notifier_new();
+	ts_async node = TS_ASYNC_INIT;
 	ts_claim claim = { 0, 0, 0 };
 	ts_pass pass;
-	if (!t || ts_turnstile_wait(t, &claim, TS_DEADLINE_NOW, NULL, &pass))
+	void *item;
+	if (!t || !w || !n || ts_turnstile_wait(t, &claim, TS_DEADLINE_NOW, NULL, &pass))
 		return 1;
 	ts_pass_return(&pass);
 	ts_turnstile_free(t);
-	return skip_insert + waiter_park;
+	/* the event-loop objects come from the archive too */
+	if (ts_waitlist_take_async(w, 0, NULL, n, &node, on_take, NULL, &item) != TS_CREATE)
+		return 1;
+	ts_waitlist_discard(w);
+	ts_waitlist_free(w);
+	if (ts_notifier_free(n))
+		return 1;
+	return skip_insert + waiter_park + notifier_collect + async_begin;
 }
 C
 ${CC:-cc} -std=c11 $TS_SAN_CFLAGS -I"$PWD/include" -I"$src/include" -o "$prog/clash" "$prog/clash.c" \
 	"$archive" $(pkg-config --libs liburcu-bp liburcu-cds) -pthread
 "$prog/clash"
-echo "symbols: $archive defines only ts_ names; a program defining skip_insert & co links statically"
+echo "symbols: $archive defines only ts_ names; a program defining skip_insert & co links statically, notifier included"

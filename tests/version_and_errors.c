@@ -40,6 +40,11 @@ Test(version_and_errors, each_result_reads_in_the_librarys_words)
 	cr_assert(strstr(ts_strerror(ECANCELED), "cancel"));
 	cr_assert(strstr(ts_strerror(EAGAIN), "waiters"));
 	cr_assert(strstr(ts_strerror(TS_CREATE), "creation slot"));
+	/* the event-loop results, in the library's terms */
+	cr_assert(strstr(ts_strerror(EINPROGRESS), "callback"));
+	cr_assert(strstr(ts_strerror(EBUSY), "pending"));
+	cr_assert(strstr(ts_strerror(ENOENT), "not pending"));
+	cr_assert(strstr(ts_strerror(EALREADY), "handed on"));
 }
 
 Test(version_and_errors, a_load_functions_own_error_reads_as_the_c_library_says)

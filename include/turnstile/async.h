@@ -12,7 +12,8 @@
  *                 caller polls it; it needs no timer of its own.
  *   ts_async      the caller's node (embed it in the client's struct); no
  *                 allocation per wait.  TS_ASYNC_INIT (all zero, so calloc
- *                 memory counts) before first use.
+ *                 memory counts) before first use; a node that is not
+ *                 pending may be queued again as it is.
  *
  * A node is PENDING from an _async call that returns EINPROGRESS until its
  * callback begins or ts_async_cancel returns.  While pending it must stay
@@ -96,9 +97,12 @@ TS_API int ts_notifier_fd(const ts_notifier *n);
 
 /* ts_notifier_dispatch - run the callbacks of the waits that completed or
  * whose deadline passed, in the order they completed; returns how many ran.
- * Never blocks.  A completion that lands while it runs is left for the next
- * call (the fd stays readable).  A nested call from a callback runs nothing
- * and returns 0.  NULL: 0.  Loop thread only. */
+ * Never blocks.  A completion that lands while it runs (a callback's
+ * return granting another node of @n) runs in the same call, for a few
+ * rounds; what lands after those is left for the next call (the fd stays
+ * readable).  The fd may be readable with nothing to run: 0 then.  A nested
+ * call from a callback runs nothing and returns 0.  NULL: 0.  Loop thread
+ * only. */
 TS_API int ts_notifier_dispatch(ts_notifier *n);
 
 /* ts_notifier_read_counters - copy @n's counters into @out (zeros for NULL

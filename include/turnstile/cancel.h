@@ -7,6 +7,9 @@
  * once, even when a pass is free: a caller that gave up must not take a
  * resource.  A waitlist take still returns an item that is READY (it
  * checks the token only when nothing is, and then fails without loading).
+ * An event-loop wait (turnstile/async.h) given the token is completed
+ * instead of woken: its callback gets ECANCELED in its notifier's next
+ * dispatch (ts_wait_turn_async fails open: 0 with an unissued pass).
  */
 #ifndef TURNSTILE_CANCEL_H
 #define TURNSTILE_CANCEL_H
@@ -40,10 +43,12 @@ TS_API void ts_cancel_fire(ts_cancel *c);
 /* ts_cancel_fired - whether @c has been fired.  Thread-safe.  NULL: false. */
 TS_API bool ts_cancel_fired(const ts_cancel *c);
 
-/* ts_cancel_destroy - end @c's life.  No wait may still be using it.  It
- * may run while a ts_cancel_fire of @c on another thread has not returned
- * yet (the waits it ended may return first): it then waits until that fire
- * no longer touches the token, so @c may be freed when this returns.
+/* ts_cancel_destroy - end @c's life.  No wait may still be using it (an
+ * event-loop wait uses it until its callback begins or ts_async_cancel
+ * returns).  It may run while a ts_cancel_fire of @c on another thread has
+ * not returned yet (the waits it ended may return first): it then waits
+ * until that fire no longer touches the token, so @c may be freed when
+ * this returns.
  * NULL: no-op. */
 TS_API void ts_cancel_destroy(ts_cancel *c);
 

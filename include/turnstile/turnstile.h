@@ -48,11 +48,11 @@ typedef struct ts_pass {
  * (concurrency < 0 or > TS_CONCURRENCY_MAX) or ENOMEM. */
 TS_API ts_turnstile *ts_turnstile_new(int64_t concurrency);
 
-/* ts_turnstile_free - destroy @t.  Nobody may be waiting on it or hold one
- * of its passes.  Free after the last return is safe (as for POSIX
- * semaphores): once every wait has returned and every pass is back, @t may
- * be freed even while the thread that granted, resized or closed is still
- * inside that call.  NULL: no-op. */
+/* ts_turnstile_free - destroy @t.  Nobody may be waiting on it (event-loop
+ * waits included) or hold one of its passes.  Free after the last return
+ * is safe (as for POSIX semaphores): once every wait has returned and
+ * every pass is back, @t may be freed even while the thread that granted,
+ * resized or closed is still inside that call.  NULL: no-op. */
 TS_API void ts_turnstile_free(ts_turnstile *t);
 
 /* ts_turnstile_wait - take a pass for @claim, waiting while none is free.
@@ -79,9 +79,9 @@ TS_API int ts_turnstile_wait(ts_turnstile *t, const ts_claim *claim,
  * @concurrency out of [0, TS_CONCURRENCY_MAX].  Thread-safe. */
 TS_API int ts_turnstile_resize(ts_turnstile *t, int64_t concurrency);
 
-/* ts_turnstile_close - release every waiter with ESHUTDOWN and refuse every
- * later wait.  Passes held may still be returned.  Idempotent, thread-safe.
- * NULL: no-op. */
+/* ts_turnstile_close - release every waiter with ESHUTDOWN (an event-loop
+ * waiter gets it in its callback) and refuse every later wait.  Passes
+ * held may still be returned.  Idempotent, thread-safe.  NULL: no-op. */
 TS_API void ts_turnstile_close(ts_turnstile *t);
 
 /* ts_turnstile_closed - whether @t is closed.  NULL: false. */

@@ -32,9 +32,9 @@ typedef int (*ts_load_fn)(void *arg, void **item);
  * NULL with errno ENOMEM. */
 TS_API ts_waitlist *ts_waitlist_new(size_t max_items, size_t max_waiters);
 
-/* ts_waitlist_free - destroy @w.  Nobody may be inside; free after the last
- * return is safe, even while the thread that put, discarded or closed is
- * still inside that call.  Items still ready are NOT destroyed: drain them
+/* ts_waitlist_free - destroy @w.  Nobody may be inside (no take pending,
+ * event-loop ones included); free after the last return is safe, even
+ * while the thread that put, discarded or closed is still inside that call.  Items still ready are NOT destroyed: drain them
  * first (ts_waitlist_try_take) if they own resources.  NULL: no-op. */
 TS_API void ts_waitlist_free(ts_waitlist *w);
 
@@ -72,13 +72,13 @@ TS_API bool ts_waitlist_put(ts_waitlist *w, void *item);
 
 /* ts_waitlist_discard - the caller destroyed an item it held (a broken
  * connection): its creation slot is freed and goes to the oldest taker
- * without one, which then creates a replacement.  Thread-safe.  NULL:
- * no-op. */
+ * without one, which then creates a replacement (an event-loop taker is
+ * told TS_CREATE: turnstile/async.h).  Thread-safe.  NULL: no-op. */
 TS_API void ts_waitlist_discard(ts_waitlist *w);
 
-/* ts_waitlist_close - wake every waiter with ESHUTDOWN; later puts return
- * false; ready items stay drainable.  Idempotent, thread-safe.  NULL:
- * no-op. */
+/* ts_waitlist_close - wake every waiter with ESHUTDOWN (an event-loop taker
+ * gets it in its callback); later puts return false; ready items stay
+ * drainable.  Idempotent, thread-safe.  NULL: no-op. */
 TS_API void ts_waitlist_close(ts_waitlist *w);
 
 /* ts_waitlist_stats - creation slots in use (created minus discarded and
@@ -90,12 +90,14 @@ TS_API void ts_waitlist_stats(const ts_waitlist *w, size_t *created, size_t *rea
 /* Events since the pool was made, for metrics and alerts.  Every counter
  * only grows. */
 typedef struct ts_waitlist_counters {
-	uint64_t loads;         /* loads that returned an item */
+	uint64_t loads;         /* loads that returned an item (an event-loop
+				   taker's TS_CREATE is not a load) */
 	uint64_t load_failures; /* loads that returned an error */
 	int last_load_error;    /* the latest failed load's error; 0: none yet */
 	uint64_t discards;      /* ts_waitlist_discard calls that gave a slot back */
 	uint64_t timeouts;      /* takes that ended ETIMEDOUT */
-	uint64_t cancels;       /* takes that ended ECANCELED */
+	uint64_t cancels;       /* takes that ended ECANCELED (and event-loop
+				   takes withdrawn by ts_async_cancel) */
 	uint64_t rejected;      /* takes refused EAGAIN (waiter cap) */
 } ts_waitlist_counters;
 
