@@ -34,8 +34,9 @@ TS_API ts_waitlist *ts_waitlist_new(size_t max_items, size_t max_waiters);
 
 /* ts_waitlist_free - destroy @w.  Nobody may be inside (no take pending,
  * event-loop ones included); free after the last return is safe, even
- * while the thread that put, discarded or closed is still inside that call.  Items still ready are NOT destroyed: drain them
- * first (ts_waitlist_try_take) if they own resources.  NULL: no-op. */
+ * while the thread that put, discarded or closed is still inside that
+ * call.  Items still ready are NOT destroyed: drain them first
+ * (ts_waitlist_try_take) if they own resources.  NULL: no-op. */
 TS_API void ts_waitlist_free(ts_waitlist *w);
 
 /* ts_waitlist_take - get an item into *item.
