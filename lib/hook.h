@@ -33,6 +33,11 @@ enum ts_hook_point {
 	/* ts_cancel_fire set the flag and has not nudged anyone yet (obj: the
 	 * token): a waiter may already see the flag and return */
 	TS_HOOK_FIRING,
+	/* a granter that pushed an event-loop node has dropped every lock and
+	 * is about to write the notifier's fd (if it owes the kick) and end its
+	 * hold (obj: the notifier): the loop may already have run the callback,
+	 * freed the objects and be freeing the notifier */
+	TS_HOOK_KICKING,
 };
 
 typedef void (*ts_hook_fn)(enum ts_hook_point point, void *obj);

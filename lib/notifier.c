@@ -133,6 +133,7 @@ static void write_fd(ts_notifier *n)
 /* After the queue lock is dropped (wakeups_flush). */
 void ts_lib_notifier_release(ts_notifier *n, bool kick)
 {
+	ts_hook_at(TS_HOOK_KICKING, n);
 	if (kick)
 		write_fd(n);
 	busy_leave(&n->holds); /* the last touch of n */
