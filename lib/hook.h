@@ -55,8 +55,11 @@ void ts_fault_point(void);
 
 /* Nothing slow under a queue lock: in fault-injection builds (the
  * sanitizer builds of the test suite) each thread counts the library locks
- * it holds, and every futex system call checks that it holds none, so the
- * whole suite asserts it on every path.  Nothing in other builds. */
+ * it holds, and every futex system call checks that it holds none, and so
+ * do the notifier's other system calls (its eventfd write and read, the
+ * timerfd's read and settime) and the allocations on slow paths (the
+ * deadline heap, the ready stack), so the whole suite asserts it on every
+ * path.  Nothing in other builds. */
 #ifdef TS_FAULT_INJECTION
 extern _Thread_local int ts_lib_locks_held;
 void ts_lib_lock_held_violation(const char *what);
