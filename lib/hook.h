@@ -33,6 +33,11 @@ enum ts_hook_point {
 	/* ts_cancel_fire set the flag and has not nudged anyone yet (obj: the
 	 * token): a waiter may already see the flag and return */
 	TS_HOOK_FIRING,
+	/* a granter that pushed an event-loop node has dropped every lock and
+	 * is about to write the notifier's fd (if it owes the kick) and end its
+	 * hold (obj: the notifier): the loop may already have run the callback,
+	 * freed the objects and be freeing the notifier */
+	TS_HOOK_KICKING,
 };
 
 typedef void (*ts_hook_fn)(enum ts_hook_point point, void *obj);
@@ -50,8 +55,11 @@ void ts_fault_point(void);
 
 /* Nothing slow under a queue lock: in fault-injection builds (the
  * sanitizer builds of the test suite) each thread counts the library locks
- * it holds, and every futex system call checks that it holds none, so the
- * whole suite asserts it on every path.  Nothing in other builds. */
+ * it holds, and every futex system call checks that it holds none, and so
+ * do the notifier's other system calls (its eventfd write and read, the
+ * timerfd's read and settime) and the allocations on slow paths (the
+ * deadline heap, the ready stack), so the whole suite asserts it on every
+ * path.  Nothing in other builds. */
 #ifdef TS_FAULT_INJECTION
 extern _Thread_local int ts_lib_locks_held;
 void ts_lib_lock_held_violation(const char *what);

@@ -123,6 +123,8 @@ void ts_lib_async_complete(struct async_node *a, uint32_t outcome, struct wakeup
 static void write_fd(ts_notifier *n)
 {
 	uint64_t one = 1;
+	/* A system call: never under a library lock (hook.h), as futex calls. */
+	TS_CHECK_NO_LOCK_HELD("the notifier's eventfd write");
 	atomic_fetch_add_explicit(&n->fd_writes, 1, memory_order_relaxed);
 	/* Cannot fail but on counter overflow (EAGAIN), which still leaves
 	 * the fd readable. */
@@ -133,6 +135,7 @@ static void write_fd(ts_notifier *n)
 /* After the queue lock is dropped (wakeups_flush). */
 void ts_lib_notifier_release(ts_notifier *n, bool kick)
 {
+	ts_hook_at(TS_HOOK_KICKING, n);
 	if (kick)
 		write_fd(n);
 	busy_leave(&n->holds); /* the last touch of n */
@@ -227,6 +230,7 @@ int ts_lib_notifier_reserve(ts_notifier *n)
 {
 	if (n->heap_len < n->heap_room)
 		return 0;
+	TS_CHECK_NO_LOCK_HELD("the deadline heap's realloc");
 	size_t room = n->heap_room ? 2 * n->heap_room : 64;
 	struct async_node **h = realloc(n->heap, room * sizeof(*h));
 	if (!h)
@@ -259,6 +263,7 @@ static void arm(ts_notifier *n)
 	if (n->armed_at && n->armed_at <= d)
 		return;
 	struct itimerspec its = { .it_value = { d / 1000000000, d % 1000000000 } };
+	TS_CHECK_NO_LOCK_HELD("timerfd_settime");
 	if (timerfd_settime(n->tfd, TFD_TIMER_ABSTIME, &its, NULL) == 0)
 		n->armed_at = d;
 }
@@ -297,6 +302,7 @@ static void expire(ts_notifier *n)
 	int64_t now = ts_now_ns();
 	if (n->armed_at && now >= n->armed_at) {
 		uint64_t ticks;
+		TS_CHECK_NO_LOCK_HELD("the notifier's timerfd read");
 		ssize_t r = read(n->tfd, &ticks, sizeof(ticks)); /* EAGAIN is fine */
 		(void)r;
 		n->armed_at = 0;
@@ -399,6 +405,7 @@ TS_API int ts_notifier_dispatch(ts_notifier *n)
 	 * below (a write landing after this read leaves one spurious
 	 * wake-up). */
 	uint64_t count;
+	TS_CHECK_NO_LOCK_HELD("the notifier's eventfd read");
 	ssize_t got = read(n->evfd, &count, sizeof(count)); /* EAGAIN: nothing written */
 	(void)got;
 	atomic_exchange_explicit(&n->signalled, 1, memory_order_acq_rel);

@@ -89,6 +89,7 @@ TS_API void ts_waitlist_free(ts_waitlist *w)
 static bool grow_ready(ts_waitlist *w, size_t need)
 {
 	size_t room = need < 8 ? 8 : need * 2;
+	TS_CHECK_NO_LOCK_HELD("the ready stack's malloc");
 	void **fresh = malloc(room * sizeof(*fresh));
 	if (!fresh)
 		return false;
