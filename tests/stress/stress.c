@@ -744,8 +744,10 @@ static void slow_loaders(int seconds)
 /* Event loops: two loop threads, each with its own notifier, queue async
  * turns and takes (some with deadlines, some on a token a third thread
  * fires), cancel pending ones at random and free each node at once, and
- * hold what they get for a few rounds; two blocking threads share the same
- * turnstile and pool.  Holders never exceed the ceiling, no callback comes
+ * hold what they get for a few rounds or give it back inside the callback,
+ * and resize the turnstile from callbacks (between 1 and its ceiling), so
+ * that a callback's return or resize completes nodes of the same dispatch;
+ * two blocking threads share the same turnstile and pool.  Holders never exceed the ceiling, no callback comes
  * for a cancelled node (its memory is gone: ASan), no item is lost, given
  * twice or created past the cap, and at rest every pass is free. */
 #define LOOP_THREADS 2
@@ -810,6 +812,8 @@ static void async_outcome(struct async_slot *sl, struct async_loop *l, int r, ts
 		check(r == ETIMEDOUT || r == ECANCELED, "unexpected async result");
 }
 
+static void async_release(struct async_slot *sl);
+
 static void async_done(ts_async *node, int result, void *arg)
 {
 	struct async_loop *l = arg;
@@ -824,6 +828,12 @@ static void async_done(ts_async *node, int result, void *arg)
 	async_outcome(sl, l, result, ts_async_pass(node), ts_async_item(node));
 	free(node);
 	atomic_fetch_add(&ops, 1);
+	uint64_t r = next_rand(&l->x);
+	if (r % 4 == 0)
+		async_release(sl);
+	if (r % 16 == 1)
+		check(ts_turnstile_resize(async_t, (r >> 8) & 1 ? 1 : ASYNC_CEILING) == 0,
+		      "a resize from a callback refused");
 }
 
 static void async_release(struct async_slot *sl)
@@ -990,6 +1000,7 @@ static void async_loops(int seconds)
 	for (int i = 0; i < 2; i++)
 		pthread_join(blocking[i], NULL);
 	pthread_join(firer, NULL);
+	check(ts_turnstile_resize(async_t, ASYNC_CEILING) == 0, "the last resize refused");
 	int64_t available, waiting;
 	ts_turnstile_snapshot(async_t, &available, &waiting);
 	check(available == ASYNC_CEILING && waiting == 0, "async loops: a pass was lost or doubled");
