@@ -71,21 +71,17 @@ void ts_lib_async_fire(struct async_node *a, struct wakeups *wk)
 
 /* A completed node is being cancelled: hand on what it got, so nothing is
  * lost — the pass to the next waiter in order, the item to the oldest
- * taker, the slot back.  0, or ENOMEM (the item is left in the node). */
-static int hand_on(struct async_node *a, uint32_t state)
+ * taker (or the ready stack), the slot back.  None of these can fail. */
+static void hand_on(struct async_node *a, uint32_t state)
 {
 	if (state == WAITER_GRANTED && a->kind == ASYNC_TURN) {
 		ts_pass p = { a->object, 0 };
 		ts_pass_return(&p);
 	} else if (state == WAITER_GRANTED) {
-		if (!ts_lib_waitlist_hand_back(a->object, a->q.take.item)) {
-			a->item = a->q.take.item;
-			return ENOMEM;
-		}
+		ts_lib_waitlist_hand_back(a->object, a->q.take.item);
 	} else if (state == WAITER_CREATE) {
 		ts_lib_waitlist_give_back_slot(a->object);
 	}
-	return 0;
 }
 
 /* OWNERSHIP (async.h): under the queue lock, a state below final means
@@ -105,7 +101,8 @@ TS_API int ts_async_cancel(ts_async *node)
 			ts_lib_notifier_collect(n);
 		ts_lib_notifier_unready(n, a);
 		s = atomic_load_explicit(&async_waiter(a)->state, memory_order_acquire);
-		r = hand_on(a, s) ? ENOMEM : EALREADY;
+		hand_on(a, s);
+		r = EALREADY;
 	}
 	if (a->cancel)
 		ts_lib_cancel_unwatch(a->cancel, async_waiter(a));

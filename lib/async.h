@@ -121,10 +121,12 @@ uint32_t ts_lib_turnstile_withdraw(struct async_node *a, uint32_t outcome, struc
 uint32_t ts_lib_waitlist_withdraw(struct async_node *a, uint32_t outcome, struct wakeups *wk);
 
 /* waitlist.c: hand on what a cancelled-after-completion take got.  An
- * item goes to the oldest idle taker or the ready stack, closed or not
- * (false: the stack could not grow); a slot is given back. */
-bool ts_lib_waitlist_hand_back(ts_waitlist *w, void *item);
+ * item goes to the oldest idle taker or onto the place on the ready stack
+ * the taker kept (KEPT PLACES there), closed or not; a slot is given back.
+ * A take's item delivered by dispatch frees its kept place. */
+void ts_lib_waitlist_hand_back(ts_waitlist *w, void *item);
 void ts_lib_waitlist_give_back_slot(ts_waitlist *w);
+void ts_lib_waitlist_delivered(ts_waitlist *w);
 
 /* turnstile.c: ts_turnstile_wait_async, failing open for jobs. */
 int ts_lib_turnstile_wait_async(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,

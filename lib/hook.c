@@ -19,6 +19,12 @@ void ts_lib_lock_held_violation(const char *what)
 	abort();
 }
 
+void ts_lib_invariant_violation(const char *what)
+{
+	fprintf(stderr, "libturnstile: invariant broken: %s\n", what);
+	abort();
+}
+
 /* One in four windows yields the CPU, one in eight spins ~1-2 us: enough to
  * reorder threads without slowing the stress runs to a crawl. */
 void ts_fault_point(void)

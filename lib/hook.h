@@ -66,9 +66,14 @@ void ts_lib_lock_held_violation(const char *what);
 #define TS_LOCKS_HELD_ADD(n) (ts_lib_locks_held += (n))
 #define TS_CHECK_NO_LOCK_HELD(what) \
 	(ts_lib_locks_held ? ts_lib_lock_held_violation(what) : (void)0)
+/* An invariant the code keeps by construction, checked where it is used
+ * (fault-injection builds only, as above): aborts with @what. */
+void ts_lib_invariant_violation(const char *what);
+#define TS_CHECK_INVARIANT(cond, what) ((cond) ? (void)0 : ts_lib_invariant_violation(what))
 #else
 #define TS_LOCKS_HELD_ADD(n) ((void)0)
 #define TS_CHECK_NO_LOCK_HELD(what) ((void)0)
+#define TS_CHECK_INVARIANT(cond, what) ((void)0)
 #endif
 
 static inline void ts_hook_at(enum ts_hook_point point, void *obj)

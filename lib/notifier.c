@@ -337,6 +337,8 @@ static int result_of(struct async_node *a, int64_t now)
 			a->pass.private_waited_ns = now - a->start_ns;
 		} else {
 			a->item = a->q.take.item;
+			/* still pending: the pool is alive */
+			ts_lib_waitlist_delivered(a->object);
 		}
 		break;
 	case WAITER_CREATE:

@@ -21,6 +21,14 @@
  *  - loads never need the ready stack (by the above), only put pushes, and
  *    it grows the stack outside the lock: nothing under the lock allocates
  *    or sleeps.
+ *  - KEPT PLACES: room >= n_ready + kept.  An event-loop taker keeps one
+ *    place on the ready stack from the moment it queues until it leaves
+ *    without an item or its item is dispatched, so that ts_async_cancel of
+ *    a take that got an item but was not dispatched yet hands the item back
+ *    without allocating, and cannot fail.  kept rises under the lock (the
+ *    take makes room first, outside it); it falls under the lock, or in the
+ *    dispatch that delivers the item, without it: a smaller count only
+ *    frees room, and every push reads it under the lock.
  * HAND-OVER: an item goes to a taker only under the lock, by writing it
  * into the node and publishing GRANTED with one exchange (waiter_grant), the
  * node having been unlinked first.  A taker that times out or is cancelled
@@ -57,6 +65,7 @@ struct ts_waitlist {
 	struct spin_policy spin; /* does the head's spin pay here? */
 	void **ready;
 	size_t n_ready, room;
+	_Atomic size_t kept; /* KEPT PLACES */
 	ts_waitlist_counters counters;
 };
 
@@ -79,6 +88,7 @@ TS_API void ts_waitlist_free(ts_waitlist *w)
 	spin_lock(&w->lock); /* see LIFETIME */
 	spin_unlock(&w->lock);
 	busy_wait_idle(&w->busy);
+	TS_CHECK_INVARIANT(atomic_load(&w->kept) == 0, "KEPT PLACES: a place outlived its take");
 	free(w->ready);
 	free(w);
 }
@@ -147,6 +157,25 @@ static bool slot_free(const ts_waitlist *w)
 	return w->max_items == 0 || w->created < w->max_items;
 }
 
+/* Room on the ready stack for one more item besides the kept places.
+ * Lock held. */
+static bool room_for_one(ts_waitlist *w)
+{
+	return w->n_ready + atomic_load_explicit(&w->kept, memory_order_relaxed) < w->room;
+}
+
+/* An event-loop taker leaves without an item, or its item was delivered:
+ * its place is free (KEPT PLACES). */
+static void unkeep(ts_waitlist *w)
+{
+	atomic_fetch_sub_explicit(&w->kept, 1, memory_order_relaxed);
+}
+
+void ts_lib_waitlist_delivered(ts_waitlist *w)
+{
+	unkeep(w);
+}
+
 /* A slot was freed: hand it to the oldest idle taker.  A blocking one
  * wakes and loads; it stays linked: once its load returns it competes for
  * the item at its place in the queue.  An async one leaves the queue with
@@ -161,6 +190,7 @@ static void pass_slot(ts_waitlist *w, struct wakeups *wk)
 	w->created++;
 	if (n->w.async) {
 		unlink_taker(w, n);
+		unkeep(w);
 		waiter_grant(&n->w, WAITER_CREATE, wk);
 		return;
 	}
@@ -177,7 +207,8 @@ static void drop_slot(ts_waitlist *w, struct taker *n, struct wakeups *wk)
 	pass_slot(w, wk);
 }
 
-/* Unlink @n and hand it @item.  Lock held; @n is idle. */
+/* Unlink @n and hand it @item.  Lock held; @n is idle (an async one keeps
+ * its place until the item is dispatched). */
 static void give(ts_waitlist *w, struct taker *n, void *item, struct wakeups *wk)
 {
 	unlink_taker(w, n);
@@ -394,6 +425,7 @@ uint32_t ts_lib_waitlist_withdraw(struct async_node *a, uint32_t outcome, struct
 	uint32_t s = atomic_load_explicit(&n->w.state, memory_order_acquire);
 	if (s < WAITER_FINAL) {
 		unlink_taker(w, n);
+		unkeep(w);
 		count_refusal(w, outcome == WAITER_EXPIRED ? ETIMEDOUT : ECANCELED);
 		if (wk)
 			waiter_grant(&n->w, outcome, wk);
@@ -422,27 +454,38 @@ TS_API int ts_waitlist_take_async(ts_waitlist *w, int64_t deadline_ns, ts_cancel
 	*item = NULL;
 	/* Room for the deadline, made outside the lock; a failure matters
 	 * only if the taker has to queue (a ready item still wins). */
-	int reserved = deadline_ns ? ts_lib_notifier_reserve(ntf) : 0;
+	int no_room = deadline_ns ? ts_lib_notifier_reserve(ntf) : 0;
 	struct async_node *a = async_of(node);
 	int64_t now = ts_now_ns();
 	ts_lib_async_prepare(a, ASYNC_TAKE, w, ntf, fn, arg, cancel, now, deadline_ns);
 	struct taker *n = &a->q.take;
 	n->item = NULL;
 	n->loading = false;
-	spin_lock(&w->lock);
-	if (w->n_ready)
-		return pop_ready(w, item);
-	if ((r = refused(w, deadline_ns, cancel)))
-		return r;
-	if (slot_free(w)) {
-		w->created++;
+	for (;;) {
+		spin_lock(&w->lock);
+		if (w->n_ready)
+			return pop_ready(w, item);
+		if ((r = refused(w, deadline_ns, cancel)))
+			return r;
+		if (slot_free(w)) {
+			w->created++;
+			spin_unlock(&w->lock);
+			return TS_CREATE;
+		}
+		if (no_room) {
+			spin_unlock(&w->lock);
+			return no_room;
+		}
+		if (room_for_one(w))
+			break;
+		/* its place on the ready stack (KEPT PLACES), made outside
+		 * the lock; then everything is looked at again */
+		size_t need = w->n_ready + atomic_load_explicit(&w->kept, memory_order_relaxed) + 1;
 		spin_unlock(&w->lock);
-		return TS_CREATE;
+		if (!grow_ready(w, need))
+			return ENOMEM;
 	}
-	if (reserved) {
-		spin_unlock(&w->lock);
-		return reserved;
-	}
+	atomic_fetch_add_explicit(&w->kept, 1, memory_order_relaxed);
 	link_tail(w, n);
 	spin_unlock(&w->lock);
 	return ts_lib_async_begin(a);
@@ -462,24 +505,25 @@ TS_API bool ts_waitlist_try_take(ts_waitlist *w, void **item)
 
 /* Lock held: give @item to the oldest idle taker, or push it on the ready
  * stack, growing the stack outside the lock.  Drops the lock.  false:
- * closed (unless @even_closed), or the stack could not grow. */
-static __attribute__((noinline)) bool put_locked(ts_waitlist *w, void *item, bool even_closed)
+ * closed, or the stack could not grow. */
+static __attribute__((noinline)) bool put_locked(ts_waitlist *w, void *item)
 {
 	struct wakeups wk;
 	bool grow_failed = false;
 
 	wakeups_init(&wk);
-	while (!w->closed || even_closed) {
+	while (!w->closed) {
 		struct taker *h = oldest_idle(w);
 		if (h) {
 			give(w, h, item, &wk);
 			ts_hook_at(TS_HOOK_UNLOCKING, w);
-		} else if (w->n_ready < w->room) {
+		} else if (room_for_one(w)) {
 			w->ready[w->n_ready++] = item;
 		} else if (grow_failed) {
 			break; /* ENOMEM, and still nobody idle waits */
 		} else {
-			size_t need = w->n_ready + 1;
+			size_t need = w->n_ready +
+				      atomic_load_explicit(&w->kept, memory_order_relaxed) + 1;
 			spin_unlock(&w->lock);
 			/* on failure, look once more under the lock: a taker may
 			 * have queued meanwhile, and must get the item */
@@ -503,20 +547,34 @@ TS_API bool ts_waitlist_put(ts_waitlist *w, void *item)
 	spin_lock(&w->lock);
 	/* The common case, nobody queued and room on the stack, inline:
 	 * put_locked's answer for it, without its wake batch. */
-	if (!w->head && !w->closed && w->n_ready < w->room) {
+	if (!w->head && !w->closed && room_for_one(w)) {
 		w->ready[w->n_ready++] = item;
 		spin_unlock(&w->lock);
 		return true;
 	}
-	return put_locked(w, item, false);
+	return put_locked(w, item);
 }
 
-/* A closed list still hands out ready items, so an item granted before the
- * close goes back on the stack: never lost. */
-bool ts_lib_waitlist_hand_back(ts_waitlist *w, void *item)
+/* ts_async_cancel of a take that got @item and was not dispatched: the
+ * item goes to the oldest idle taker, or onto the place the taker kept
+ * (KEPT PLACES), so nothing allocates and nothing can fail.  Closed or not:
+ * a closed list still hands out ready items, so the item is never lost. */
+void ts_lib_waitlist_hand_back(ts_waitlist *w, void *item)
 {
+	struct wakeups wk;
+
+	wakeups_init(&wk);
 	spin_lock(&w->lock);
-	return put_locked(w, item, true);
+	unkeep(w);
+	TS_CHECK_INVARIANT(room_for_one(w), "KEPT PLACES: no room for a kept place");
+	struct taker *h = oldest_idle(w); /* none once closed */
+	if (h)
+		give(w, h, item, &wk);
+	else
+		w->ready[w->n_ready++] = item;
+	ts_hook_at(TS_HOOK_UNLOCKING, w);
+	spin_unlock(&w->lock);
+	wakeups_flush(&wk);
 }
 
 /* Free one creation slot for the oldest idle taker.  @why: a discard is
@@ -571,6 +629,8 @@ TS_API void ts_waitlist_close(ts_waitlist *w)
 		while (w->head && !wakeups_full(&wk)) {
 			struct taker *n = w->head;
 			unlink_taker(w, n);
+			if (n->w.async)
+				unkeep(w);
 			waiter_grant(&n->w, WAITER_CLOSED, &wk);
 		}
 		more = w->head != NULL;

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Out of memory never strands a taker and never surfaces from take.  The
- * waitlist allocates only to grow its ready stack, in put, outside its
- * lock; taking a creation slot, passing one on a discard or a failed load,
- * and handing an item to a waiter allocate nothing.
+ * waitlist allocates only to grow its ready stack, in put and an event-loop
+ * take, outside its lock; taking a creation slot, passing one on a discard
+ * or a failed load, handing an item to a waiter, and cancelling an
+ * event-loop take that already got an item allocate nothing.
  *
  * A plain program that interposes malloc, calloc and realloc (forwarding to
  * glibc's __libc_* entry points) and fails them on the calling thread while
@@ -12,6 +13,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -124,6 +126,48 @@ static void queue_the_late_taker(void)
 		sched_yield();
 }
 
+static void never_called(ts_async *node, int result, void *arg)
+{
+	(void)node, (void)result, (void)arg;
+	failures++;
+}
+
+/* 5: an event-loop take that got an item and is cancelled before its
+ * dispatch, with no memory and every place on the ready stack taken but
+ * the one the taker kept: the item goes back there; EALREADY, never a
+ * failure the caller would have to handle. */
+static void cancel_after_the_grant_with_no_memory(void)
+{
+	ts_waitlist *pool = ts_waitlist_new(1, 0);
+	ts_notifier *n = ts_notifier_new();
+	ts_async node = TS_ASYNC_INIT;
+	void *held = NULL, *got = NULL;
+
+	CHECK(pool && n);
+	CHECK(ts_waitlist_take(pool, &held, made, (void *)0xC0, 0, NULL) == 0);
+	CHECK(ts_waitlist_take_async(pool, 0, NULL, n, &node, never_called, NULL, &got) ==
+	      EINPROGRESS);
+	CHECK(ts_waitlist_put(pool, held)); /* to the async taker: granted */
+	for (uintptr_t i = 1; i <= 8; i++) /* 8: a whole first stack */
+		CHECK(ts_waitlist_put(pool, (void *)i));
+	int calls = failed_calls;
+	failing = 1;
+	int r = ts_async_cancel(&node);
+	failing = 0;
+	CHECK(r == EALREADY);
+	CHECK(failed_calls == calls); /* nothing even tried to allocate */
+	CHECK(ts_notifier_dispatch(n) == 0);
+	bool back = false;
+	int items = 0;
+	while (ts_waitlist_try_take(pool, &got)) {
+		back |= got == (void *)0xC0;
+		items++;
+	}
+	CHECK(back && items == 9);
+	CHECK(ts_notifier_free(n) == 0);
+	ts_waitlist_free(pool);
+}
+
 int main(void)
 {
 	ts_waitlist *w = ts_waitlist_new(1, 0);
@@ -175,6 +219,8 @@ int main(void)
 	CHECK(put_ok);
 	CHECK(late.result == 0 && late.item == (void *)0x1a7e);
 	ts_waitlist_free(late_pool);
+
+	cancel_after_the_grant_with_no_memory();
 
 	CHECK(failed_calls >= 1); /* the put's growth really failed */
 	if (failures)

@@ -633,10 +633,9 @@ static void client_let_go(struct client *c)
 		}
 		break;
 	case C_WAIT_CONN:
-		/* an item it got is handed on, unless the pool could not take it
-		 * back (ENOMEM): then it is ours to close */
-		if (ts_async_cancel(&c->node) == ENOMEM)
-			server_destroy(ts_async_item(&c->node));
+		/* 0: withdrawn; EALREADY: a connection it got went to the next
+		 * taker or back to the pool */
+		(void)ts_async_cancel(&c->node);
 		ts_pass_return(&c->pass);
 		break;
 	case C_CONNECTING:

@@ -140,7 +140,9 @@ TS_API int ts_wait_turn_async(ts_job *job, ts_notifier *n, ts_async *node, ts_as
  * the blocking takers; @fn runs later with 0 (ts_async_item), TS_CREATE, ETIMEDOUT,
  * ECANCELED or ESHUTDOWN.  EINVAL: @w, @n, @node, @fn or @item NULL; EBUSY:
  * @node already pending (neither writes *item); ENOMEM: the deadline heap
- * could not grow.  Otherwise *item is NULL unless the result is 0.  The
+ * could not grow, or a take that had to queue could not make the place on
+ * the ready stack it keeps for ts_async_cancel (nothing queued either
+ * way).  Otherwise *item is NULL unless the result is 0.  The
  * pool's own refusals are counted in ts_waitlist_read_counters. */
 TS_API int ts_waitlist_take_async(ts_waitlist *w, int64_t deadline_ns, ts_cancel *cancel,
 				  ts_notifier *n, ts_async *node, ts_async_fn fn, void *arg,
@@ -160,10 +162,9 @@ TS_API void *ts_async_item(ts_async *node);
  * the oldest taker, or the ready stack), a creation slot given back;
  * ENOENT: not pending (never queued, already dispatched, or NULL).  On
  * return the library holds no reference to @node and its callback will not
- * run: the caller may free it at once.  One case hands the outcome back
- * instead: ENOMEM when an item could go neither to a taker nor onto the
- * ready stack (it could not grow); the item is then ts_async_item(@node),
- * the caller's.  Loop thread only. */
+ * run: the caller may free it at once.  Handing on never fails (no
+ * allocation: the take kept its place on the ready stack when it queued).
+ * Loop thread only. */
 TS_API int ts_async_cancel(ts_async *node);
 
 /* Private: the locked path of ts_turnstile_wait_async, exported for its
