@@ -7,80 +7,18 @@
 # Everything that waits for something polls it with a deadline.
 # Skipped (exit 77) where no server, psql or pgbench is installed.
 set -eu
-bindir=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
-for tool in initdb pg_ctl psql pgbench; do
-	[ -x "$bindir/$tool" ] || { echo "pgproxy: no $tool (PostgreSQL server and client)"; exit 77; }
-done
-PATH=$bindir:$PATH
-proxy=$(pwd)/examples/pgproxy/pgproxy
-[ -x "$proxy" ] || { echo "pgproxy: $proxy not built"; exit 1; }
+name=pgproxy
+. "$(dirname "$0")/pglib.sh"
 
-data=$(mktemp -d)
-as_owner() { "$@"; }
-if [ "$(id -u)" -eq 0 ]; then # the server refuses to run as root
-	chown postgres "$data"
-	as_owner() { runuser -u postgres -- "$@"; }
-fi
-proxy_pid=
-cleanup() {
-	[ -z "$proxy_pid" ] || kill -KILL "$proxy_pid" 2>/dev/null || true
-	exec 3>&- 2>/dev/null || true
-	as_owner pg_ctl -D "$data/db" -m immediate stop >/dev/null 2>&1 || true
-	rm -rf "$data"
-}
-trap cleanup EXIT
-export PGUSER=pgproxy PGAPPNAME=pgproxy-test PGCONNECT_TIMEOUT=10
-unset PGDATABASE PGHOST PGPORT PGOPTIONS PGSERVICE
-
-fail() {
-	echo "pgproxy: FAIL: $*" >&2
-	[ ! -f "$data/proxy.log" ] || sed 's/^/  proxy log: /' "$data/proxy.log" >&2
-	exit 1
-}
-ok() { echo "pgproxy: ok: $*"; }
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-# within SECONDS CMD...: run CMD until it succeeds; false after SECONDS
-within() {
-	end=$(($(now_ms) + $1 * 1000))
-	shift
-	until "$@"; do
-		[ "$(now_ms)" -lt "$end" ] || return 1
-		sleep 0.05
-	done
-}
-
-direct() { psql -X -h "$data" -p 5432 "$@"; }
-via() { psql -X -h 127.0.0.1 -p "$port" "$@"; }
 # For `via_bg ... &`: exec, so that $! is psql itself (signals reach it), not
 # a subshell running a function
 via_bg() { exec psql -X -h 127.0.0.1 -p "$port" "$@"; }
-admin() { via -Atc "$1" pgproxy; }
 # SHOW POOLS column for database postgres: 2 size, 3 in use, 4 server
 # connections, 5 idle, 6 waiting
 pool() { admin 'SHOW POOLS' | awk -F'|' -v col="$1" '$1 == "postgres" { print $col }'; }
 pool_is() { [ "$(pool "$1")" = "$2" ]; }
-server_conns() { direct -Atc "select count(*) from pg_stat_activity where application_name = 'pgproxy' $1" postgres; }
+server_conns() { direct -Atc "select count(*) from pg_stat_activity where $proxy_conns $1" postgres; }
 server_conns_is() { [ "$(server_conns "$1")" "$2" "$3" ]; }
-
-start_proxy() {
-	: >"$data/proxy.log"
-	"$proxy" --listen 127.0.0.1:0 --listen "$data" --server "host=$data port=5432" "$@" \
-		2>"$data/proxy.log" &
-	proxy_pid=$!
-	within 20 grep -q 'listening on' "$data/proxy.log" || fail "the proxy did not start"
-	port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$data/proxy.log")
-	within 20 admin 'SHOW POOLS' >/dev/null || fail "the admin console does not answer"
-}
-# stop_proxy HOW: the proxy must exit 0 (nothing leaked or left pending)
-stop_proxy() {
-	[ "$1" = signal ] && kill -TERM "$proxy_pid"
-	within 30 sh -c "! kill -0 $proxy_pid 2>/dev/null" || fail "the proxy did not exit"
-	status=0
-	wait "$proxy_pid" || status=$?
-	proxy_pid=
-	[ "$status" -eq 0 ] || fail "the proxy exited with status $status"
-	grep -q 'pgproxy: shut down' "$data/proxy.log" || fail "no clean shutdown in the log"
-}
 
 # A psql whose input the test writes line by line (fd 3).
 start_scripted() {
@@ -91,9 +29,7 @@ start_scripted() {
 	exec 3>"$data/fifo"
 }
 
-as_owner initdb -D "$data/db" -A trust -U pgproxy >/dev/null
-as_owner pg_ctl -D "$data/db" -l "$data/server.log" -w \
-	-o "-k $data -c listen_addresses= -c fsync=off -c max_connections=60" start >/dev/null
+start_cluster
 direct -q postgres <<'EOF'
 create table sample_stop ();
 create table shutdown_check (v int);
@@ -104,7 +40,8 @@ declare m int := 0; n int;
 begin
 	loop
 		perform pg_stat_clear_snapshot();
-		select count(*) into n from pg_stat_activity where application_name = 'pgproxy';
+		select count(*) into n from pg_stat_activity
+			where backend_type = 'client backend' and application_name <> 'direct';
 		m := greatest(m, n);
 		exit when exists (select from sample_stop);
 		perform pg_sleep(0.002);
@@ -253,7 +190,7 @@ start_scripted died
 echo "begin; select 'in transaction';" >&3
 within 10 server_conns_is "and state = 'idle in transaction'" -eq 1 || fail "the transaction did not start"
 direct -Atc "select pg_terminate_backend(pid) from pg_stat_activity
-	     where application_name = 'pgproxy' and state = 'idle in transaction'" postgres >/dev/null
+	     where $proxy_conns and state = 'idle in transaction'" postgres >/dev/null
 echo "select 'after the server died';" >&3
 exec 3>&-
 wait "$scripted_pid" 2>/dev/null || true
