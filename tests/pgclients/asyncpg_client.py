@@ -18,8 +18,13 @@ import decimal  # noqa: E402
 host, port, db, user, S = casekit.args()
 
 
-def connect(**kw):
-    return asyncpg.connect(host=host, port=port, database=db, user=user, timeout=10, **kw)
+OPEN = []  # connections a case made: closed after it (a worker that failed may not have)
+
+
+async def connect(**kw):
+    conn = await asyncpg.connect(host=host, port=port, database=db, user=user, timeout=10, **kw)
+    OPEN.append(conn)
+    return conn
 
 
 def rec(rows):
@@ -169,6 +174,12 @@ async def c_concurrent(out):
 
     async def worker(w):
         conn = await connect()
+        try:
+            return await rounds(conn, w)
+        finally:
+            conn.terminate()  # a failed worker lets go of its server connection at once
+
+    async def rounds(conn, w):
         bad = 0
         for i in range(25):
             # the same statement names (__asyncpg_stmt_N__) on every connection, each its own text
@@ -180,7 +191,6 @@ async def c_concurrent(out):
             v = await conn.fetchval(f"select $1::int + {w}", i)  # out of a transaction
             if v != i + w:
                 bad += 1
-        await conn.close()
         return [f"worker {w}: 25 rounds, {bad} wrong"]
 
     async def guarded(w):
@@ -216,6 +226,10 @@ async def main():
             lines.append("timeout")
         except Exception as e:
             lines.append(f"exception: {casekit.describe(e)}")
+        for conn in OPEN:
+            if not conn.is_closed():
+                conn.terminate()
+        OPEN.clear()
         print(f"== {name}")
         for line in lines:
             print(line)

@@ -12,6 +12,25 @@ import threading
 
 CASE_TIMEOUT = float(os.environ.get("PGCLIENTS_CASE_TIMEOUT", "20"))
 WORKERS = 4
+_open = []  # connections a case made: closed after it (a worker that failed may not have)
+_open_lock = threading.Lock()
+
+
+def track(conn):
+    with _open_lock:
+        _open.append(conn)
+    return conn
+
+
+def _close_all():
+    with _open_lock:
+        conns = list(_open)
+        _open.clear()
+    for c in conns:
+        try:
+            c.close()
+        except Exception:
+            pass
 
 
 def args():
@@ -69,6 +88,11 @@ def run_cases(cases, only=None):
 
         threading.Thread(target=target, daemon=True).start()
         finished = done.wait(CASE_TIMEOUT)
+        if finished:
+            _close_all()
+        else:  # left to the wedged thread
+            with _open_lock:
+                _open.clear()
         lines = list(out)
         print(f"== {name}")
         for line in lines:

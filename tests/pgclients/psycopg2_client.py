@@ -14,8 +14,8 @@ host, port, db, user, S = casekit.args()
 
 
 def connect(**kw):
-    return psycopg2.connect(host=host, port=port, dbname=db, user=user,
-                            connect_timeout=10, **kw)
+    return casekit.track(psycopg2.connect(host=host, port=port, dbname=db, user=user,
+                            connect_timeout=10, **kw))
 
 
 def rows(cur):
@@ -185,6 +185,12 @@ def c_concurrent(out):
 
     def worker(w):
         conn = connect()
+        try:
+            return rounds(conn, w)
+        finally:
+            conn.close()  # a failed worker lets go of its server connection at once
+
+    def rounds(conn, w):
         cur = conn.cursor()
         bad = 0
         for i in range(25):
@@ -196,7 +202,6 @@ def c_concurrent(out):
                 conn.commit()
             else:
                 conn.rollback()
-        conn.close()
         return [f"worker {w}: 25 rounds, {bad} wrong"]
 
     casekit.run_threads(out, worker)

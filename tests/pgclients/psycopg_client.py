@@ -14,8 +14,8 @@ host, port, db, user, S = casekit.args()
 
 
 def connect(**kw):
-    return psycopg.connect(host=host, port=port, dbname=db, user=user,
-                           connect_timeout=10, **kw)
+    return casekit.track(psycopg.connect(host=host, port=port, dbname=db, user=user,
+                           connect_timeout=10, **kw))
 
 
 def show(v):
