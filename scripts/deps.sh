@@ -7,7 +7,13 @@ set -euo pipefail
 packages=(build-essential autoconf automake libtool pkg-config
 	  liburcu-dev libcriterion-dev gnuplot-nox valgrind strace
 	  spin clang libclang-rt-14-dev systemtap-sdt-dev libsqlite3-dev
-	  libpq-dev postgresql man-db libuv1-dev pgbouncer)
+	  libpq-dev postgresql man-db libuv1-dev pgbouncer
+	  default-jdk-headless libpostgresql-jdbc-java
+	  python3-asyncpg python3-psycopg python3-psycopg2 nodejs)
+# tests/pgclients.sh's client stacks above; node-postgres itself comes from
+# npm (the test installs it).  Debian's npm, unless the nodejs here bundles
+# its own (NodeSource's does, and conflicts with Debian's npm)
+command -v npm >/dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do
