@@ -503,6 +503,31 @@ TS_API bool ts_waitlist_try_take(ts_waitlist *w, void **item)
 	return got;
 }
 
+/* The bottom of the ready stack is the item idle longest (puts push on
+ * top, takes pop from the top).  Taking it keeps every invariant above: it
+ * only lowers n_ready (KEPT PLACES: room >= n_ready + kept still holds; a
+ * smaller stack still means every queued taker is loading), hands out no
+ * slot, and wakes nobody, so there is no wake batch and no futex call.
+ * @pick runs under the lock (it must be quick and call nothing of ours);
+ * the shift is a memmove of the idle items, nothing allocates.  Not a
+ * counted event: the counters count loads, failures, discards and refused
+ * takes, and a reaper's discard that follows is counted as a discard. */
+TS_API bool ts_waitlist_try_take_oldest(ts_waitlist *w, void **item, ts_pick_fn pick,
+					void *arg)
+{
+	if (!w || !item)
+		return false;
+	spin_lock(&w->lock);
+	bool got = w->n_ready > 0 && (!pick || pick(w->ready[0], arg));
+	if (got) {
+		*item = w->ready[0];
+		w->n_ready--;
+		memmove(w->ready, w->ready + 1, w->n_ready * sizeof(*w->ready));
+	}
+	spin_unlock(&w->lock);
+	return got;
+}
+
 /* Lock held: give @item to the oldest idle taker, or push it on the ready
  * stack, growing the stack outside the lock.  Drops the lock.  false:
  * closed, or the stack could not grow. */

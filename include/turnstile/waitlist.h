@@ -64,6 +64,32 @@ TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
  * Never creates or waits.  NULL @w or @item: false. */
 TS_API bool ts_waitlist_try_take(ts_waitlist *w, void **item);
 
+/* Tells whether @item may be taken (ts_waitlist_try_take_oldest). */
+typedef bool (*ts_pick_fn)(void *item, void *arg);
+
+/* ts_waitlist_try_take_oldest - the ready item idle longest, for a reaper
+ * (an idle timeout, a maximum lifetime).  Ready items are reused LIFO, so
+ * the bottom of the ready stack is the one put back longest ago.
+ *
+ * If an item is ready and @pick is NULL or @pick(bottom item, @arg) returns
+ * true, removes that item, stores it in *@item and returns true.  The
+ * caller then holds it exactly as if it had taken it: ts_waitlist_put to
+ * give it back (it goes to a waiting taker, or on top of the stack: it is
+ * then the newest), or destroy it and call ts_waitlist_discard to free its
+ * creation slot (a waiting taker then creates a replacement).  Otherwise
+ * returns false and changes nothing (*@item untouched): nothing ready, or
+ * @pick refused.  @pick sees only the bottom item, never the others: a
+ * reaper retires several by calling again until it gets false.  A closed
+ * pool still hands out its ready items, oldest first, so this also drains
+ * one.  Never creates or waits; allocates nothing; not counted in
+ * ts_waitlist_read_counters (a discard that follows is).
+ * @pick runs with the pool's lock held: it must be quick (compare a time
+ * stamp in the item with one passed in @arg), must not block, and must not
+ * call the library (ts_now_ns excepted): a call into this pool deadlocks.
+ * Thread-safe.  NULL @w or @item: false. */
+TS_API bool ts_waitlist_try_take_oldest(ts_waitlist *w, void **item, ts_pick_fn pick,
+					void *arg);
+
 /* ts_waitlist_put - hand @item back: to the oldest taker that is not
  * loading, if any, else onto the ready stack (which it may grow, outside
  * the pool's lock).  false when closed, or when the stack could not grow
