@@ -24,36 +24,62 @@
 
 static void row_description(struct buf *out, const char *const *names, int n)
 {
-	size_t at = msg_begin(out, 'T');
-	msg_i16(out, n);
+	struct pkt k;
+	pkt_begin(&k, 'T');
+	pkt_i16(&k, n);
 	for (int i = 0; i < n; i++) {
-		msg_str(out, names[i]);
-		msg_i32(out, 0);  /* table */
-		msg_i16(out, 0);  /* column */
-		msg_i32(out, 25); /* text */
-		msg_i16(out, -1);
-		msg_i32(out, -1);
-		msg_i16(out, 0); /* text format */
+		pkt_str(&k, names[i]);
+		pkt_i32(&k, 0);  /* table */
+		pkt_i16(&k, 0);  /* column */
+		pkt_i32(&k, 25); /* text */
+		pkt_i16(&k, -1);
+		pkt_i32(&k, -1);
+		pkt_i16(&k, 0); /* text format */
 	}
-	msg_end(out, at);
+	pkt_end(&k, out);
 }
 
 static void data_row(struct buf *out, char vals[][64], int n)
 {
-	size_t at = msg_begin(out, 'D');
-	msg_i16(out, n);
+	struct pkt k;
+	pkt_begin(&k, 'D');
+	pkt_i16(&k, n);
 	for (int i = 0; i < n; i++) {
-		msg_i32(out, (int32_t)strlen(vals[i]));
-		buf_put(out, vals[i], strlen(vals[i]));
+		pkt_i32(&k, (int32_t)strlen(vals[i]));
+		pkt_bytes(&k, vals[i], strlen(vals[i]));
 	}
-	msg_end(out, at);
+	pkt_end(&k, out);
 }
 
-static void command_complete(struct buf *out, const char *tag)
+static void command_complete(struct buf *out, const char *tag) { send_complete(out, tag); }
+
+/* One pool's row (pools_mu held: the pool stays). */
+static void pool_row(struct pool *p, void *arg)
 {
-	size_t at = msg_begin(out, 'C');
-	msg_str(out, tag);
-	msg_end(out, at);
+	struct buf *out = arg;
+	if (!atomic_load(&p->logged_in)) /* only a failed login so far */
+		return;
+	char v[MAX_COLS][64];
+	int nfixed = 6;
+	int64_t avail = 0, waiting = 0, size = atomic_load(&p->size);
+	size_t idle = 0;
+	ts_turnstile_snapshot(p->turns, &avail, &waiting);
+	pthread_mutex_lock(&p->mu);
+	for (struct upool *u = p->users; u; u = u->next) {
+		size_t ready = 0;
+		ts_waitlist_stats(u->conns, NULL, &ready, NULL);
+		idle += ready;
+	}
+	pthread_mutex_unlock(&p->mu);
+	snprintf(v[0], 64, "%s", p->db);
+	snprintf(v[1], 64, "%lld", (long long)size);
+	snprintf(v[2], 64, "%lld", (long long)(size - avail));
+	snprintf(v[3], 64, "%lld", (long long)atomic_load(&p->conns));
+	snprintf(v[4], 64, "%zu", idle);
+	snprintf(v[5], 64, "%lld", (long long)waiting);
+	for (int b = 0; b <= P.max_band; b++)
+		snprintf(v[nfixed + b], 64, "%lld", (long long)atomic_load(&p->waiting[b]));
+	data_row(out, v, nfixed + P.max_band + 1);
 }
 
 static void show_pools(struct buf *out)
@@ -70,23 +96,7 @@ static void show_pools(struct buf *out)
 		cols[nfixed + b] = names[b];
 	}
 	row_description(out, cols, ncols);
-	for (int i = 0; i < atomic_load(&P.npools); i++) {
-		struct pool *p = P.pools[i];
-		char v[MAX_COLS][64];
-		int64_t avail = 0, waiting = 0, size = atomic_load(&p->size);
-		size_t created = 0, ready = 0;
-		ts_turnstile_snapshot(p->turns, &avail, &waiting);
-		ts_waitlist_stats(p->conns, &created, &ready, NULL);
-		snprintf(v[0], 64, "%s", p->db);
-		snprintf(v[1], 64, "%lld", (long long)size);
-		snprintf(v[2], 64, "%lld", (long long)(size - avail));
-		snprintf(v[3], 64, "%zu", created);
-		snprintf(v[4], 64, "%zu", ready);
-		snprintf(v[5], 64, "%lld", (long long)waiting);
-		for (int b = 0; b <= P.max_band; b++)
-			snprintf(v[nfixed + b], 64, "%lld", (long long)atomic_load(&p->waiting[b]));
-		data_row(out, v, ncols);
-	}
+	pools_each(pool_row, out);
 	command_complete(out, "SHOW");
 }
 
@@ -134,28 +144,17 @@ static void resize(struct buf *out, const char *args)
 		memmove(db, db + 1, len - 2);
 		db[len - 2] = 0;
 	}
-	struct pool *p = pool_find(db);
-	if (!p) {
+	int err = pool_resize(db, n);
+	if (err == ENOENT) {
 		send_error(out, "ERROR", "3D000", "pgproxy: no pool for database \"%s\" (a pool is made when its first client connects)", db);
 		return;
 	}
-	int err = ts_set_resize(P.set, p->id, n);
 	if (err) {
 		send_error(out, "ERROR", err == ESHUTDOWN ? "57P01" : "22023", "pgproxy: RESIZE: %s",
 			   ts_strerror(err));
 		return;
 	}
-	atomic_store(&p->size, n);
-	/* Idle connections above the new size go now; busy ones when their
-	 * transaction ends (see pool_put_server). */
-	for (;;) {
-		size_t created = 0;
-		void *item;
-		ts_waitlist_stats(p->conns, &created, NULL, NULL);
-		if ((long long)created <= n || !ts_waitlist_try_take(p->conns, &item))
-			break;
-		server_drop_idle(item);
-	}
+	pools_trim_all(); /* idle connections above the new size go now */
 	command_complete(out, "RESIZE");
 }
 
@@ -171,8 +170,7 @@ void admin_query(struct buf *out, const char *sql)
 		n--;
 	q[n] = 0;
 	if (!n) {
-		size_t at = msg_begin(out, 'I'); /* EmptyQueryResponse */
-		msg_end(out, at);
+		send_simple(out, 'I'); /* EmptyQueryResponse */
 	} else if (!strcasecmp(q, "SHOW POOLS")) {
 		show_pools(out);
 	} else if (!strcasecmp(q, "SHOW BANDS")) {

@@ -34,13 +34,23 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: pgproxy --listen HOST:PORT [--listen /socket/dir] --server 'host=H port=P [password=W]'\n"
 		"               [--pool-size N] [--band application_name=NAME:BAND] [--band user=NAME:BAND]\n"
-		"               [--default-band B] [--wait-timeout DURATION] [--threads N]\n"
+		"               [--default-band B] [--wait-timeout DURATION] [--threads N] [--max-prepared N]\n"
+		"               [--client-login-timeout D] [--server-connect-timeout D]\n"
+		"               [--server-idle-timeout D] [--server-lifetime D] [--ignore-startup-parameters P,...]\n"
 		"  --pool-size N        server connections per database, the turnstile's ceiling (default 4)\n"
 		"  --band KEY=NAME:BAND clients whose application_name or user is NAME queue in BAND\n"
 		"                       (0 first, up to %d; the first matching rule wins)\n"
 		"  --default-band B     band of clients no rule matches (default 1)\n"
 		"  --wait-timeout D     give up on a queued transaction after D (5s, 200ms; 0: never)\n"
 		"  --threads N          event-loop threads (default 1)\n"
+		"  --max-prepared N     named prepared statements kept per server connection (0: refused;\n"
+		"                       default 0)\n"
+		"  --client-login-timeout D    close a client that has not logged in after D (default 60s)\n"
+		"  --server-connect-timeout D  give up making a server connection after D (default 15s)\n"
+		"  --server-idle-timeout D     close a server connection idle for D (default 600s; 0: never)\n"
+		"  --server-lifetime D         retire a server connection older than D when idle\n"
+		"                              (default 3600s; 0: never)\n"
+		"  --ignore-startup-parameters P,...  startup parameters to ignore instead of refusing\n"
 		"admin console: psql -h HOST -p PORT pgproxy -c 'SHOW POOLS' (SHOW BANDS, RESIZE db N, SHUTDOWN)\n",
 		MAX_BANDS - 1);
 }
@@ -67,22 +77,26 @@ static long parse_int(const char *s, long lo, long hi, const char *what)
 }
 
 /* "5s", "200ms", "1.5s", "250us", "2min"; a bare number is seconds. */
-static int64_t parse_duration(const char *s)
+static int64_t parse_duration(const char *opt, const char *s)
 {
 	char *end;
 	errno = 0;
 	double v = strtod(s, &end);
 	double unit = 1e9;
-	if (errno || end == s || v < 0)
-		die("--wait-timeout takes a duration such as 5s or 200ms, not \"%s\"", s);
+	if (errno || end == s || v < 0 || v > 1e9) {
+		fprintf(stderr, "pgproxy: %s takes a duration such as 5s or 200ms, not \"%s\"\n", opt, s);
+		exit(2);
+	}
 	if (!strcmp(end, "ms"))
 		unit = 1e6;
 	else if (!strcmp(end, "us"))
 		unit = 1e3;
 	else if (!strcmp(end, "min"))
 		unit = 60e9;
-	else if (strcmp(end, "s") && *end)
-		die("--wait-timeout takes a duration such as 5s or 200ms, not \"%s\"", s);
+	else if (strcmp(end, "s") && *end) {
+		fprintf(stderr, "pgproxy: %s takes a duration such as 5s or 200ms, not \"%s\"\n", opt, s);
+		exit(2);
+	}
 	return (int64_t)(v * unit);
 }
 
@@ -237,114 +251,6 @@ static int listen_on(const char *spec)
 	return fd;
 }
 
-/* ---------------------------------------------------------------- pools */
-
-struct pool *pool_find(const char *db)
-{
-	struct pool *found = NULL;
-	pthread_mutex_lock(&P.pools_mu);
-	for (int i = 0; i < atomic_load(&P.npools) && !found; i++)
-		if (!strcmp(P.pools[i]->db, db))
-			found = P.pools[i];
-	pthread_mutex_unlock(&P.pools_mu);
-	return found;
-}
-
-struct pool *pool_get(const char *db, int *err)
-{
-	pthread_mutex_lock(&P.pools_mu);
-	int n = atomic_load(&P.npools);
-	for (int i = 0; i < n; i++)
-		if (!strcmp(P.pools[i]->db, db)) {
-			pthread_mutex_unlock(&P.pools_mu);
-			return P.pools[i];
-		}
-	struct pool *p = NULL;
-	*err = n == MAX_POOLS ? ENOSPC : 0;
-	if (!*err && !(p = calloc(1, sizeof(*p))))
-		*err = ENOMEM;
-	if (!*err)
-		*err = ts_set_resize(P.set, n, P.cfg.pool_size); /* ESHUTDOWN once closed */
-	/* The pass encloses the connection, so passes held bound the
-	 * connections in use: the waitlist needs no cap of its own (it has
-	 * none to resize, and RESIZE must be able to grow the pool). */
-	if (!*err && !(p->conns = ts_waitlist_new(0, 0)))
-		*err = ENOMEM;
-	if (*err) {
-		free(p);
-		pthread_mutex_unlock(&P.pools_mu);
-		return NULL;
-	}
-	p->id = n;
-	snprintf(p->db, sizeof(p->db), "%s", db);
-	p->turns = ts_set_turnstile(P.set, n);
-	atomic_store(&p->size, P.cfg.pool_size);
-	pthread_mutex_init(&p->mu, NULL);
-	P.pools[n] = p;
-	atomic_store(&P.npools, n + 1);
-	pthread_mutex_unlock(&P.pools_mu);
-	return p;
-}
-
-static void pool_free(struct pool *p)
-{
-	void *item;
-	ts_waitlist_close(p->conns);
-	while (ts_waitlist_try_take(p->conns, &item))
-		server_drop_idle(item);
-	ts_waitlist_free(p->conns);
-	while (p->params) {
-		struct user_params *up = p->params;
-		p->params = up->next;
-		buf_free(&up->msgs);
-		free(up);
-	}
-	pthread_mutex_destroy(&p->mu);
-	free(p);
-}
-
-/* ---------------------------------------------------------------- wait histograms */
-
-/* Log-linear buckets of microseconds: 16 per power of two, so a
- * percentile is within about 3% of the true value. */
-static int hist_index(uint64_t us)
-{
-	if (us < 16)
-		return (int)us;
-	if (us >= (uint64_t)1 << 36)
-		us = ((uint64_t)1 << 36) - 1;
-	int e = 63 - __builtin_clzll(us);
-	return 16 + (e - 4) * 16 + (int)((us >> (e - 4)) & 15);
-}
-
-static double hist_value_us(int i)
-{
-	if (i < 16)
-		return i;
-	int e = (i - 16) / 16 + 4, sub = (i - 16) % 16;
-	double lo = (double)((uint64_t)(16 + sub) << (e - 4));
-	return lo + (double)((uint64_t)1 << (e - 4)) / 2;
-}
-
-void hist_add(struct band_stats *s, int64_t ns)
-{
-	atomic_fetch_add(&s->hist[hist_index(ns > 0 ? (uint64_t)ns / 1000 : 0)], 1);
-}
-
-double hist_pct(const struct band_stats *s, double p)
-{
-	uint64_t counts[HIST_BUCKETS], total = 0;
-	for (int i = 0; i < HIST_BUCKETS; i++)
-		total += counts[i] = atomic_load(&s->hist[i]);
-	if (!total)
-		return 0;
-	uint64_t rank = (uint64_t)(p * (double)total + 0.999999), seen = 0;
-	for (int i = 0; i < HIST_BUCKETS; i++)
-		if ((seen += counts[i]) >= rank)
-			return hist_value_us(i) / 1000;
-	return hist_value_us(HIST_BUCKETS - 1) / 1000;
-}
-
 /* ---------------------------------------------------------------- loops */
 
 void watch_set(struct watch *w, uint32_t mask)
@@ -380,25 +286,44 @@ void loop_wake_all(void)
 			perror("pgproxy: waking a loop");
 }
 
-void begin_shutdown(void)
-{
-	if (atomic_exchange(&P.shutting_down, true))
-		return;
-	fprintf(stderr, "pgproxy: shutting down: queued clients get an error, "
-			"transactions under way finish\n");
-	ts_set_close(P.set); /* queued turns end with ESHUTDOWN */
-	loop_wake_all();
-}
-
 static void loop_stop(struct loop *l)
 {
 	l->stopping = true;
 	for (int i = 0; i < P.nlisten; i++)
 		watch_set(&l->listen_w[i], 0); /* the fds are closed by main */
 	for (struct client *c = l->clients, *next; c; c = next) {
-		next = client_next(c);
+		next = c->next;
 		client_shutdown(c);
 	}
+}
+
+#define TICK_NS ((int64_t)250 * 1000000)  /* timeouts are checked this often */
+#define EMFILE_PAUSE_NS ((int64_t)1000 * 1000000)
+
+static void accept_pause(struct loop *l, bool on)
+{
+	l->accept_paused_until = on ? ts_now_ns() + EMFILE_PAUSE_NS : 0;
+	for (int i = 0; i < P.nlisten; i++)
+		watch_set(&l->listen_w[i], on || l->stopping ? 0 : EPOLLIN | EPOLLEXCLUSIVE);
+}
+
+/* Out of descriptors, accept would fail at once for ever (the pending
+ * connection stays pending): stop accepting until one is closed, or for a
+ * second, and say so at most every 5 s. */
+static void out_of_fds(struct loop *l)
+{
+	static _Atomic int64_t last_log;
+	int64_t now = ts_now_ns(), prev = atomic_load(&last_log);
+	if (now - prev >= (int64_t)5000 * 1000000 && atomic_compare_exchange_strong(&last_log, &prev, now))
+		fprintf(stderr, "pgproxy: accept: %s: not accepting until a connection closes\n",
+			strerror(errno));
+	accept_pause(l, true);
+}
+
+void loop_fd_freed(struct loop *l)
+{
+	if (l->accept_paused_until)
+		accept_pause(l, false);
 }
 
 static void accept_clients(struct loop *l, int lfd)
@@ -406,8 +331,10 @@ static void accept_clients(struct loop *l, int lfd)
 	for (int i = 0; i < 64; i++) { /* then let other events in */
 		int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
-			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
-			    errno != ECONNABORTED)
+			if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+				out_of_fds(l);
+			else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+				 errno != ECONNABORTED)
 				fprintf(stderr, "pgproxy: accept: %s\n", strerror(errno));
 			return;
 		}
@@ -417,12 +344,49 @@ static void accept_clients(struct loop *l, int lfd)
 	}
 }
 
+/* Every TICK_NS: login and connect timeouts, clients waiting to retry a
+ * connection, the back-off, and (loop 0) idle and old connections. */
+static void loop_tick(struct loop *l, int64_t now)
+{
+	l->next_tick = now + TICK_NS;
+	if (l->accept_paused_until && now >= l->accept_paused_until && !l->stopping)
+		accept_pause(l, false);
+	for (struct client *c = l->clients, *next; c; c = next) {
+		next = c->next;
+		client_tick(c, now);
+	}
+	if (l->idx == 0) {
+		pools_trim_all();
+		pools_reap();
+	}
+}
+
+static void loop_retries(struct loop *l)
+{
+	for (struct client *c = l->clients, *next; c; c = next) {
+		next = c->next;
+		if (c->retry)
+			client_retry(c);
+	}
+}
+
+static bool any_retry(const struct loop *l)
+{
+	for (const struct client *c = l->clients; c; c = c->next)
+		if (c->retry)
+			return true;
+	return false;
+}
+
 static void *loop_run(void *arg)
 {
 	struct loop *l = arg;
 	struct epoll_event ev[64];
+	l->next_tick = ts_now_ns() + TICK_NS;
 	while (!l->stopping || l->nclients || l->ncancels) {
-		int n = epoll_wait(l->ep, ev, 64, -1);
+		int64_t wait_ns = l->next_tick - ts_now_ns();
+		int timeout = any_retry(l) ? 1 : wait_ns <= 0 ? 0 : (int)(wait_ns / 1000000) + 1;
+		int n = epoll_wait(l->ep, ev, 64, timeout);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -435,7 +399,7 @@ static void *loop_run(void *arg)
 				continue;
 			switch (w->kind) {
 			case K_LISTEN:
-				if (!l->stopping)
+				if (!l->stopping && !l->accept_paused_until)
 					accept_clients(l, w->fd);
 				break;
 			case K_NOTIFIER:
@@ -464,6 +428,10 @@ static void *loop_run(void *arg)
 				break;
 			}
 		}
+		loop_retries(l);
+		int64_t now = ts_now_ns();
+		if (now >= l->next_tick)
+			loop_tick(l, now);
 		if (atomic_load(&P.shutting_down) && !l->stopping)
 			loop_stop(l);
 		while (l->zombies) {
@@ -508,6 +476,10 @@ int main(int argc, char **argv)
 	P.cfg.default_band = 1;
 	P.cfg.threads = 1;
 	P.cfg.wait_timeout_ns = 0;
+	P.cfg.login_timeout_ns = 60 * (int64_t)1000000000; /* pgbouncer's defaults */
+	P.cfg.connect_timeout_ns = 15 * (int64_t)1000000000;
+	P.cfg.idle_timeout_ns = 600 * (int64_t)1000000000;
+	P.cfg.lifetime_ns = 3600 * (int64_t)1000000000;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -534,7 +506,21 @@ int main(int argc, char **argv)
 		} else if (!strcmp(a, "--default-band")) {
 			P.cfg.default_band = (int)parse_int(v, 0, MAX_BANDS - 1, "--default-band");
 		} else if (!strcmp(a, "--wait-timeout")) {
-			P.cfg.wait_timeout_ns = parse_duration(v);
+			P.cfg.wait_timeout_ns = parse_duration(a, v);
+		} else if (!strcmp(a, "--client-login-timeout")) {
+			P.cfg.login_timeout_ns = parse_duration(a, v);
+		} else if (!strcmp(a, "--server-connect-timeout")) {
+			P.cfg.connect_timeout_ns = parse_duration(a, v);
+		} else if (!strcmp(a, "--server-idle-timeout")) {
+			P.cfg.idle_timeout_ns = parse_duration(a, v);
+		} else if (!strcmp(a, "--server-lifetime")) {
+			P.cfg.lifetime_ns = parse_duration(a, v);
+		} else if (!strcmp(a, "--max-prepared")) {
+			P.cfg.max_prepared = (int)parse_int(v, 0, 100000, "--max-prepared");
+		} else if (!strcmp(a, "--ignore-startup-parameters")) {
+			if (strlen(v) >= sizeof(P.cfg.ignore_params))
+				die("%s", "--ignore-startup-parameters: list too long");
+			snprintf(P.cfg.ignore_params, sizeof(P.cfg.ignore_params), "%s", v);
 		} else if (!strcmp(a, "--threads")) {
 			P.cfg.threads = (int)parse_int(v, 1, 64, "--threads");
 		} else {
@@ -626,8 +612,7 @@ int main(int argc, char **argv)
 		close(P.listen_fd[i]);
 	if (P.unix_path[0])
 		unlink(P.unix_path);
-	for (int i = 0; i < atomic_load(&P.npools); i++)
-		pool_free(P.pools[i]);
+	pools_free();
 	ts_set_free(P.set);
 	close(sigfd);
 	free(P.loops);

@@ -1,13 +1,29 @@
 /* SPDX-License-Identifier: MIT */
 /* pgproxy: a transaction-pooling PostgreSQL proxy whose pools admit
  * transactions by priority band, then age, through libturnstile's
- * event-loop waiters.  Shared declarations of its four files:
+ * event-loop waiters.  Shared declarations of its files, one room each:
  *
- *   main.c    options, pools, loop threads, accept, shutdown, cancel keys
- *   conn.c    clients and server connections: startup, turn and
- *             connection taking, the relay, release, faults
- *   proto.c   buffers and protocol 3.0 messages
- *   admin.c   the admin console (database "pgproxy") and band statistics
+ *   main.c     options, the loop threads, accept (with its EMFILE back-off),
+ *              timers, shutdown
+ *   stream.c   byte queues, socket reads and writes, and framing: a message
+ *              is handed on only once its header is whole, and bodies
+ *              larger than a buffer stream through
+ *   pkt.c      building messages (lengths computed when the message is
+ *              whole, so they cannot go stale) and reading ErrorResponse
+ *   pool.c     pools: one turnstile per database, idle server connections
+ *              per (database, user), the ceiling, idle and lifetime reaping
+ *   params.c   client parameters tracked as pgbouncer does (client_encoding,
+ *              DateStyle, TimeZone...), applied to a server connection
+ *              before a client's transaction when they differ
+ *   prepare.c  named prepared statements in transaction pooling: each
+ *              client's names, prepared on whichever server connection runs
+ *              them under a proxy-chosen name, an LRU per connection
+ *   client.c   a client's life: startup, login, waiting for a turn and a
+ *              connection, the client-to-server relay
+ *   server.c   a server connection's life: connect, startup, the
+ *              server-to-client relay and the queue of expected responses
+ *   cancel.c   cancel keys handed out in BackendKeyData, CancelRequest
+ *   admin.c    the admin console (database "pgproxy") and band statistics
  */
 #ifndef PGPROXY_H
 #define PGPROXY_H
@@ -22,17 +38,32 @@
 #include <turnstile.h>
 
 #define MAX_BANDS 16     /* bands 0..15 */
-#define MAX_POOLS 256    /* databases seen since start */
+#define MAX_POOLS 256    /* databases with clients or connections at once */
 #define NAME_LEN 64      /* PostgreSQL's NAMEDATALEN */
-#define HIGH_WATER 65536 /* stop reading a side while this much waits to be written */
 
-/* ---- buffers (proto.c) ---- */
+/* Bounds per connection, stated in README.md.  A side is read while less
+ * than IN_BOUND of it is buffered (or while a message that must be read
+ * whole, at most WHOLE_MAX, is incomplete); a client's input is not
+ * processed, nor its socket read, while OUT_BOUND or more waits to be
+ * written to it, so replies the proxy makes itself stay bounded too. */
+#define IN_BOUND (64 * 1024)
+#define OUT_BOUND (256 * 1024)
+#define WHOLE_MAX (1024 * 1024) /* a named Parse, kept to prepare it again */
+#define PEEK_MAX 8192           /* the most of a message read before deciding */
+#define MAX_MSG 0x3fffffffu     /* PostgreSQL's own limit on a message */
 
-/* A byte queue: data is p[r..w).  Failed growth sets oom, which callers
- * check once after composing (the connection is then closed). */
+#define container_of(p, T, m) ((T *)(void *)((char *)(p)-offsetof(T, m)))
+
+/* ---------------------------------------------------------------- stream.c */
+
+/* A byte queue: data is p[r..w).  Failed growth sets oom, checked by the
+ * connection's driver (which then closes the connection).  `moved` counts
+ * bytes put and consumed: a driver makes progress only when some queue's
+ * `moved` changed, so no code path can claim progress without bytes. */
 struct buf {
 	char *p;
 	size_t r, w, cap;
+	uint64_t moved;
 	bool oom;
 };
 
@@ -45,28 +76,98 @@ void buf_free(struct buf *b);
 
 uint32_t get32(const void *p);
 uint16_t get16(const void *p);
+void put32(void *p, uint32_t v);
 
-/* Messages are composed in place: msg_begin writes the type and a length
- * placeholder and returns where it is; msg_end fills it in. */
-size_t msg_begin(struct buf *b, char type);
-void msg_end(struct buf *b, size_t at);
-void msg_u8(struct buf *b, uint8_t v);
-void msg_i16(struct buf *b, int v);
-void msg_i32(struct buf *b, int32_t v);
-void msg_str(struct buf *b, const char *s);
+/* The message at the front of a queue, once its 5-byte header is in.  p
+ * points at the type byte; have (<= total) bytes of it are buffered. */
+struct msg {
+	char type;
+	uint32_t len;  /* as sent: counts itself, not the type */
+	size_t total;  /* len + 1 */
+	const char *p;
+	size_t have;
+};
+enum { FRAME_MORE, FRAME_MSG, FRAME_BAD };
+/* FRAME_MSG when a header is whole and 4 <= len <= MAX_MSG; FRAME_BAD for
+ * a length outside that; FRAME_MORE when fewer than 5 bytes are in. */
+int frame_peek(const struct buf *b, struct msg *m);
+
+/* The rest of a message being copied (or dropped) as it arrives: the
+ * only way a body larger than what is buffered moves. */
+struct relay {
+	size_t left;
+	bool drop;
+};
+/* Moves what is buffered of the current message, up to the rest of it,
+ * into `to` (NULL or drop: away).  Stops early when `to` holds `bound`. */
+void relay_step(struct relay *rl, struct buf *from, struct buf *to, size_t bound);
+
+/* Reads what is there while fewer than `limit` bytes are buffered: 1 read
+ * something, 0 nothing, -1 end of stream or error. */
+int sock_read(int fd, struct buf *b, size_t limit);
+/* Writes what the socket takes: 0, or -1 on a broken socket. */
+int sock_write(int fd, struct buf *b);
+
+/* ---------------------------------------------------------------- pkt.c */
+
+/* A message under construction, in a buffer of its own: pkt_end appends
+ * it whole to a queue with its length, so nothing that happens to the
+ * queue meanwhile (growth, compaction) can make the length wrong. */
+struct pkt {
+	struct buf b;
+	bool startup; /* no type byte: a startup packet */
+};
+void pkt_begin(struct pkt *k, char type); /* type 0: a startup packet */
+void pkt_u8(struct pkt *k, uint8_t v);
+void pkt_i16(struct pkt *k, int v);
+void pkt_i32(struct pkt *k, int32_t v);
+void pkt_str(struct pkt *k, const char *s);
+void pkt_bytes(struct pkt *k, const void *d, size_t n);
+void pkt_end(struct pkt *k, struct buf *out);
 
 void send_error(struct buf *b, const char *severity, const char *sqlstate, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 void send_ready(struct buf *b, char status);
 void send_param(struct buf *b, const char *name, const char *value);
+void send_simple(struct buf *b, char type); /* a message with no body */
+void send_complete(struct buf *b, const char *tag);
 
-/* An ErrorResponse's fields that pgproxy reads or rewrites. */
+/* An ErrorResponse's fields that pgproxy reads or rewrites (from the
+ * first PEEK_MAX bytes of the message: later fields may be missing). */
 struct pg_error {
 	char severity[16], code[6], message[512];
 };
 void parse_error(const char *body, size_t len, struct pg_error *e);
 
-/* ---- configuration and shared state (main.c) ---- */
+/* ---------------------------------------------------------------- params.c */
+
+/* The parameters tracked per client and per server connection. */
+enum param {
+	PAR_CLIENT_ENCODING,
+	PAR_DATESTYLE,
+	PAR_TIMEZONE,
+	PAR_INTERVALSTYLE,
+	PAR_SCS, /* standard_conforming_strings */
+	PAR_APPNAME,
+	PAR_EXTRA_FLOAT_DIGITS, /* not reported by the server: startup value only */
+	NPARAMS
+};
+#define PARAM_LEN 128
+struct params {
+	bool set[NPARAMS];
+	char v[NPARAMS][PARAM_LEN];
+};
+int param_lookup(const char *name);       /* -1: not tracked */
+const char *param_name(int p);
+bool param_reported(int p);               /* the server reports it (GUC_REPORT) */
+void param_store(struct params *ps, int p, const char *v, size_t n);
+/* A simple-query text of SETs that take `have` to `want` ("" if equal);
+ * false if it does not fit in n bytes. */
+bool params_diff_sql(const struct params *want, const struct params *have, char *sql, size_t n);
+/* Startup parameters a client may send besides the tracked ones. */
+bool startup_param_ignored(const char *name);
+
+/* ---------------------------------------------------------------- configuration */
 
 enum rule_key { KEY_APP, KEY_USER };
 struct band_rule {
@@ -87,27 +188,42 @@ struct config {
 	int default_band;
 	int64_t wait_timeout_ns;
 	int threads;
+	int max_prepared;
+	int64_t login_timeout_ns, connect_timeout_ns, idle_timeout_ns, lifetime_ns;
+	char ignore_params[512]; /* comma-separated startup parameters to ignore */
 };
 
-/* Server connections' startup ParameterStatus messages, per user (the
- * server reports is_superuser and session_authorization per user). */
-struct user_params {
-	struct user_params *next;
+/* ---------------------------------------------------------------- pool.c */
+
+struct server;
+
+/* One user's idle server connections in a pool, and the parameters the
+ * server reports to a new connection of that user (its defaults). */
+struct upool {
+	struct upool *next;
+	struct pool *pool;
 	char user[NAME_LEN];
-	struct buf msgs; /* raw 'S' messages */
+	ts_waitlist *conns;   /* idle connections: LIFO, oldest at the bottom */
+	int refs;             /* clients and server connections (pool->mu) */
+	bool have_defaults;   /* the first connection's startup told them */
+	struct buf defaults;  /* its raw ParameterStatus messages */
+	struct params dparams;
 };
 
 /* A pool: one database.  Its turnstile (shard `id` of the proxy's set)
- * orders transactions; its waitlist holds the idle server connections. */
+ * orders transactions; `conns` counts its server connections, all users
+ * together, against the ceiling `size`. */
 struct pool {
 	int id;
 	char db[NAME_LEN];
 	ts_turnstile *turns;
-	ts_waitlist *conns;
-	_Atomic int64_t size;              /* the ceiling, as RESIZE last set it */
+	_Atomic int64_t size;               /* the ceiling, as RESIZE last set it */
+	_Atomic int64_t conns;              /* server connections, all users */
 	_Atomic int64_t waiting[MAX_BANDS]; /* clients queued for a turn, by band */
-	pthread_mutex_t mu;                /* guards params */
-	struct user_params *params;
+	pthread_mutex_t mu;                 /* guards users and refs */
+	struct upool *users;
+	int refs;                           /* upools (pools_mu) */
+	_Atomic bool logged_in;             /* a login has succeeded: SHOW POOLS lists it */
 };
 
 /* Per band, since start. */
@@ -123,8 +239,7 @@ struct proxy {
 	struct config cfg;
 	ts_set *set;
 	pthread_mutex_t pools_mu;
-	struct pool *pools[MAX_POOLS];
-	_Atomic int npools;
+	struct pool *pools[MAX_POOLS]; /* NULL: a free slot (and shard id) */
 	struct sockaddr_storage server_addr;
 	socklen_t server_addrlen;
 	int listen_fd[2], nlisten;
@@ -137,13 +252,29 @@ struct proxy {
 };
 extern struct proxy P;
 
-struct pool *pool_get(const char *db, int *err); /* creates it on first use */
-struct pool *pool_find(const char *db);
+/* A user's pool in a database, made on first use and held (refs) until
+ * upool_put; ESHUTDOWN once closed, ENOSPC at MAX_POOLS databases. */
+struct upool *upool_get(const char *db, const char *user, int *err);
+void upool_put(struct upool *u);
+void upool_hold(struct upool *u);      /* one more reference */
+int pool_resize(const char *db, int64_t size); /* 0, ENOENT, or ts_set_resize's */
+void pools_each(void (*fn)(struct pool *p, void *arg), void *arg); /* pools_mu held */
+void pools_trim_all(void); /* idle connections above a pool's ceiling closed */
+void pools_free(void);
+/* A new server connection's place under the ceiling: true if the pool had
+ * room or an idle connection of another user was closed to make it. */
+bool pool_reserve_conn(struct upool *u);
+void pool_release_conn(struct pool *p);  /* a connection was destroyed */
+/* Back to its user's idle list, or closed (too many, too old, dirty). */
+void pool_put_server(struct server *s);
+/* Close idle connections above the ceiling or past their idle time or
+ * lifetime (each loop's tick). */
+void pools_reap(void);
 void begin_shutdown(void);
 void hist_add(struct band_stats *s, int64_t ns);
 double hist_pct(const struct band_stats *s, double p); /* ms */
 
-/* ---- loops and connections (main.c, conn.c) ---- */
+/* ---------------------------------------------------------------- loops */
 
 enum kind { K_LISTEN, K_NOTIFIER, K_WAKE, K_SIGNAL, K_CLIENT, K_SERVER, K_CANCEL };
 
@@ -170,30 +301,181 @@ struct loop {
 	int nclients, ncancels;
 	struct watch *zombies;  /* freed after the current batch of events */
 	bool stopping;          /* this loop has seen the shutdown */
+	int64_t accept_paused_until; /* out of file descriptors: 0 when accepting */
+	int64_t next_tick;
 };
 
 void watch_set(struct watch *w, uint32_t mask);
 void watch_close(struct watch *w); /* deregister, close the fd, free after the batch */
 void loop_wake_all(void);
+void loop_fd_freed(struct loop *l); /* a descriptor was closed: accept again */
 
-/* conn.c */
+/* ---------------------------------------------------------------- prepare.c */
+
+/* A statement's text and parameter types (a Parse body after its name),
+ * shared by every client that prepared the same one; `id` names it on
+ * server connections ("pgproxy_<id>"). */
+struct stmt;
+/* A client's names for its statements. */
+struct stmt_map;
+/* A server connection's prepared statements, least recently used first. */
+struct srv_stmts;
+
+struct stmt *stmt_get(const char *body, size_t len); /* NULL: out of memory */
+struct stmt *stmt_hold(struct stmt *s); /* one more reference */
+void stmt_put(struct stmt *s);
+uint64_t stmt_id(const struct stmt *s);
+const char *stmt_body(const struct stmt *s, size_t *len);
+
+struct stmt_map *stmt_map_new(void);
+void stmt_map_free(struct stmt_map *m);
+struct stmt *stmt_map_find(struct stmt_map *m, const char *name);
+int stmt_map_add(struct stmt_map *m, const char *name, struct stmt *s); /* 0, EEXIST, ENOSPC, ENOMEM */
+void stmt_map_remove(struct stmt_map *m, const char *name);
+void stmt_map_clear(struct stmt_map *m);
+
+struct srv_stmts *srv_stmts_new(int cap);
+void srv_stmts_free(struct srv_stmts *ss);
+bool srv_stmts_has(struct srv_stmts *ss, uint64_t id); /* and marks it used */
+/* Records id as prepared; if the set is full, *evicted is the least
+ * recently used id (to Close on the server) and true is returned. */
+bool srv_stmts_add(struct srv_stmts *ss, uint64_t id, uint64_t *evicted);
+void srv_stmts_forget(struct srv_stmts *ss, uint64_t id);
+void srv_stmts_clear(struct srv_stmts *ss);
+
+/* ---------------------------------------------------------------- server.c */
+
+/* What a server response answers, in the order requests were sent. */
+enum rq_kind {
+	RQ_PARSE, RQ_BIND, RQ_DESCRIBE, RQ_EXECUTE, RQ_CLOSE, /* extended */
+	RQ_SYNC, RQ_QUERY, RQ_FUNC                             /* end with 'Z' */
+};
+enum {
+	RQ_SWALLOW = 1, /* sent by the proxy: its responses are not relayed */
+	RQ_SYNTH = 2,   /* answered by the proxy, in order: not sent */
+	RQ_MARKER = 4,  /* its error is replaced by the refusal in `why` */
+	RQ_PARAMS = 8,  /* a SET of tracked parameters (an error ends the client) */
+	RQ_PREPARES = 16, /* prepares `stmt` on the server: forgotten if it fails */
+	RQ_NAMES = 32,  /* registered `name` for the client: undone if it fails */
+	RQ_CLOSES = 64, /* closes the client's `name` when answered */
+	RQ_DEALLOC_ALL = 128, /* DEALLOCATE ALL: the client's names go when answered */
+};
+struct rq {
+	uint8_t kind, flags;
+	char synth;          /* RQ_SYNTH: the message to make ('1', '3', 'C'...) */
+	struct stmt *stmt;   /* a Parse of it (RQ_PREPARES: on this server) */
+	char *name;          /* the client's name it registers or closes */
+	char *why;           /* RQ_MARKER: SQLSTATE, NUL, message */
+};
+#define RQ_MAX 16384 /* requests in flight per connection: the client waits beyond */
+
+struct server {
+	struct upool *up;
+	int fd;
+	enum { S_CONNECTING, S_STARTUP, S_READY } state;
+	int32_t pid, key;
+	struct buf in, out;
+	struct relay rl;         /* the server message being relayed */
+	struct params have;      /* its tracked parameters, as last reported or set */
+	struct buf params;       /* startup: the raw ParameterStatus messages */
+	struct srv_stmts *stmts; /* prepared under proxy names */
+	int64_t created_ns, idle_since_ns, deadline_ns;
+	bool dirty;              /* DISCARD or an unknown state: not reused */
+	/* the requests in flight, a ring */
+	struct rq *rq;
+	unsigned rq_head, rq_len, rq_cap;
+	bool skipping;           /* an error: requests up to the Sync are skipped */
+	bool dropping;           /* the message being relayed is the proxy's own */
+};
+
+struct server *server_new(struct upool *u); /* NULL: out of memory */
+void server_destroy(struct server *s);      /* closes it and gives its place back */
+void server_drop_idle(void *item);
+bool server_usable(struct server *s);
+/* The proxy's own request on a linked connection (SETs, Parse, Close). */
+struct rq *rq_push(struct server *s, enum rq_kind kind, uint8_t flags); /* NULL: oom */
+bool rq_full(const struct server *s);
+bool server_idle(const struct server *s); /* nothing in flight either way */
+
+/* ---------------------------------------------------------------- client.c */
+
+enum cstate {
+	C_STARTUP,    /* before the startup packet */
+	C_IDLE,       /* between transactions: no pass, no server */
+	C_WAIT_TURN,  /* queued on the pool's turnstile */
+	C_WAIT_CONN,  /* holds a pass, taking a server connection */
+	C_CONNECTING, /* holds a pass and a new server connection's place */
+	C_LINKED,     /* holds a pass and a server connection */
+	C_ADMIN,      /* the admin console */
+};
+
+struct client {
+	struct watch w;  /* the client's socket */
+	struct watch sw; /* the socket of the server connection it uses */
+	struct client *prev, *next, *cancel_next;
+	enum cstate state;
+	bool login;          /* acquiring to learn or check the login's parameters */
+	bool closing;        /* flush what is queued, then close */
+	bool skipping;       /* dropping messages up to a Sync (refused batch) */
+	bool queued;         /* counted in pool->waiting[band] */
+	bool admin_refused;  /* admin console: refused an extended batch */
+	bool ext_open;       /* extended-protocol messages since the last Sync */
+	bool retry;          /* at the ceiling with nothing to close yet: try again */
+	bool param_failed;   /* a SET of its parameters failed: param_err says why */
+	struct pg_error param_err;
+	char status;         /* the last ReadyForQuery status relayed */
+	char user[NAME_LEN], db[NAME_LEN];
+	int band;
+	struct upool *up;
+	struct server *srv;
+	ts_async node;
+	ts_pass pass;
+	int64_t acq_start, deadline, login_deadline;
+	struct buf in, out;
+	struct relay rl;     /* the client message being forwarded or dropped */
+	size_t in_need;      /* a message to be read whole: its size (0 none) */
+	struct params want;  /* its tracked parameters */
+	struct stmt_map *stmts;
+	uint64_t ticks;      /* state changes: progress without bytes */
+	int32_t id, key, srv_pid, srv_key; /* cancel keys (cancel.c's lock) */
+	bool registered;
+};
+
 struct client *client_new(struct loop *l, int fd);
 void client_event(struct client *c, uint32_t events);
 void server_event(struct watch *w, uint32_t events);
-void cancel_event(struct watch *w, uint32_t events);
 void client_shutdown(struct client *c); /* the proxy is stopping */
 bool client_idle_for_shutdown(const struct client *c);
-struct client *client_next(struct client *c);
+void client_tick(struct client *c, int64_t now); /* login and connect timeouts */
 void conn_free(struct watch *w);
-void server_drop_idle(void *item); /* close an idle server connection (not its slot) */
 
-/* Cancel keys handed out in BackendKeyData (main.c). */
+/* server.c, for client.c: the relay from the server, its startup */
+void server_input(struct client *c);
+void server_startup_io(struct client *c);
+void server_start(struct client *c, struct server *s); /* connect and send startup */
+/* client.c, for server.c */
+void client_server_ready(struct client *c);     /* startup done: ReadyForQuery */
+void client_server_failed(struct client *c, const struct pg_error *e);
+void client_server_failed_msg(struct client *c, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void client_release(struct client *c);           /* the transaction ended */
+void client_fatal(struct client *c, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void client_server_lost(struct client *c, const char *code, const char *why);
+void client_retry(struct client *c);           /* take a connection again */
+
+/* ---------------------------------------------------------------- cancel.c */
+
 void cancel_register(struct client *c, int32_t *pid, int32_t *key);
 void cancel_unregister(struct client *c);
 void cancel_set_server(struct client *c, int32_t pid, int32_t key);
 bool cancel_lookup(int32_t pid, int32_t key, int32_t *srv_pid, int32_t *srv_key);
+void cancel_forward(struct loop *l, int32_t srv_pid, int32_t srv_key);
+void cancel_event(struct watch *w, uint32_t events);
+void cancel_free(struct watch *w);
 
-/* admin.c */
+/* ---------------------------------------------------------------- admin.c */
+
 void admin_query(struct buf *out, const char *sql);
 
 #endif

@@ -1,0 +1,1299 @@
+/* SPDX-License-Identifier: MIT */
+/* pgproxy: clients.
+ *
+ * A client is served by one loop thread.  At the first message of a
+ * transaction it queues for a turn on its pool's turnstile (its band, then
+ * the transaction's age), then takes an idle server connection of its user
+ * (or makes one: TS_CREATE and a place under the ceiling, and connects
+ * without blocking).  The pass encloses the connection: both go back when
+ * the server has answered everything and said ReadyForQuery 'I'.
+ *
+ * The driver (client_drive) loops while bytes move or the state changes,
+ * as counted by the queues and `ticks`; the handlers below never report
+ * progress themselves, so none can claim it without consuming input or
+ * producing output.  A handler that needs more of a message than is
+ * buffered sets `in_need`, which lets the socket be read that far. */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "pgproxy.h"
+
+#define SSL_REQUEST 80877103
+#define GSSENC_REQUEST 80877104
+#define CANCEL_REQUEST 80877102
+#define MAX_STARTUP 10000
+#define ADMIN_QUERY_MAX 4096
+
+/* The portal an injected Execute names: the server fails it (and aborts
+ * the transaction) in order with what came before, and the proxy replaces
+ * that error with its own (RQ_MARKER). */
+#define MARKER "pgproxy-refused"
+
+static void client_drive(struct client *c);
+static void client_close(struct client *c);
+static void start_acquire(struct client *c);
+static void got_turn(struct client *c);
+static void send_login(struct client *c);
+
+static void set_state(struct client *c, enum cstate st)
+{
+	c->state = st;
+	c->ticks++;
+}
+
+/* ---------------------------------------------------------------- login */
+
+static int band_for(const char *app, const char *user)
+{
+	for (int i = 0; i < P.cfg.nrules; i++) {
+		const struct band_rule *r = &P.cfg.rules[i];
+		if (strcmp(r->key == KEY_APP ? app : user, r->name) == 0)
+			return r->band;
+	}
+	return P.cfg.default_band;
+}
+
+/* Whether the client's startup values must go through a server first:
+ * the server's spelling of them (and whether they are valid at all) is
+ * what the client is told. */
+static bool login_needs_server(struct client *c)
+{
+	struct upool *u = c->up;
+	bool need = false;
+	pthread_mutex_lock(&u->pool->mu);
+	if (!u->have_defaults) {
+		need = true;
+	} else {
+		for (int p = 0; p < NPARAMS; p++) {
+			if (p == PAR_APPNAME || !c->want.set[p])
+				continue;
+			if (!u->dparams.set[p] || strcmp(u->dparams.v[p], c->want.v[p]))
+				need = true;
+		}
+		for (int p = 0; p < NPARAMS; p++) /* the rest: this user's defaults */
+			if (!c->want.set[p] && u->dparams.set[p] && param_reported(p))
+				param_store(&c->want, p, u->dparams.v[p], strlen(u->dparams.v[p]));
+	}
+	pthread_mutex_unlock(&u->pool->mu);
+	return need;
+}
+
+static void send_login(struct client *c)
+{
+	int32_t pid, key;
+	struct pkt k;
+	pkt_begin(&k, 'R');
+	pkt_i32(&k, 0); /* AuthenticationOk: clients are trusted (see README) */
+	pkt_end(&k, &c->out);
+	if (c->state == C_ADMIN) {
+		static const char *params[][2] = {
+			{ "server_version", "15.0" }, { "server_encoding", "UTF8" },
+			{ "client_encoding", "UTF8" }, { "DateStyle", "ISO, MDY" },
+			{ "integer_datetimes", "on" }, { "standard_conforming_strings", "on" },
+			{ "TimeZone", "UTC" }, { "is_superuser", "off" },
+		};
+		for (size_t i = 0; i < sizeof(params) / sizeof(params[0]); i++)
+			send_param(&c->out, params[i][0], params[i][1]);
+		send_param(&c->out, "application_name", c->want.v[PAR_APPNAME]);
+		send_param(&c->out, "session_authorization", c->user);
+	} else {
+		/* the user's defaults as the server reported them, with the
+		 * client's own values of the tracked ones */
+		struct upool *u = c->up;
+		bool sent[NPARAMS] = { 0 };
+		pthread_mutex_lock(&u->pool->mu);
+		const char *p = buf_data(&u->defaults), *end = p + buf_len(&u->defaults);
+		while (p < end) {
+			size_t total = (size_t)get32(p + 1) + 1;
+			int t = param_lookup(p + 5);
+			if (t >= 0 && c->want.set[t]) {
+				send_param(&c->out, param_name(t), c->want.v[t]);
+				sent[t] = true;
+			} else {
+				buf_put(&c->out, p, total);
+			}
+			p += total;
+		}
+		pthread_mutex_unlock(&u->pool->mu);
+		for (int t = 0; t < NPARAMS; t++)
+			if (!sent[t] && c->want.set[t] && param_reported(t))
+				send_param(&c->out, param_name(t), c->want.v[t]);
+		atomic_store(&u->pool->logged_in, true);
+	}
+	cancel_register(c, &pid, &key);
+	pkt_begin(&k, 'K');
+	pkt_i32(&k, pid);
+	pkt_i32(&k, key);
+	pkt_end(&k, &c->out);
+	send_ready(&c->out, 'I');
+	c->login_deadline = 0;
+}
+
+/* The startup packet's name/value pairs: false (and a FATAL queued) if
+ * one cannot be honoured. */
+static bool startup_params(struct client *c, const char *kv, const char *end, char *unknown,
+			   size_t ulen, int *nunknown)
+{
+	unknown[0] = 0;
+	while (kv < end && *kv) {
+		const char *k = kv, *v = k + strnlen(k, (size_t)(end - k)) + 1;
+		if (v >= end)
+			break;
+		size_t vlen = strnlen(v, (size_t)(end - v));
+		int p;
+		if (!strcmp(k, "user")) {
+			snprintf(c->user, sizeof(c->user), "%.*s", (int)vlen, v);
+		} else if (!strcmp(k, "database")) {
+			snprintf(c->db, sizeof(c->db), "%.*s", (int)vlen, v);
+		} else if ((p = param_lookup(k)) >= 0) {
+			param_store(&c->want, p, v, vlen);
+		} else if (!strcmp(k, "replication")) {
+			if (strcmp(v, "false") && strcmp(v, "0") && strcmp(v, "off") && strcmp(v, "no")) {
+				client_fatal(c, "0A000", "pgproxy: replication connections are not supported");
+				return false;
+			}
+		} else if (!strncmp(k, "_pq_.", 5)) {
+			if (strlen(unknown) + strlen(k) + 2 < ulen) {
+				strcat(unknown, k);
+				strcat(unknown, "\n");
+				(*nunknown)++;
+			}
+		} else if (!startup_param_ignored(k)) {
+			/* pgbouncer's answer: a parameter that would apply to a shared
+			 * connection is refused, not silently dropped */
+			client_fatal(c, "08P01",
+				     "pgproxy: unsupported startup parameter: %s (server connections are shared; "
+				     "pgproxy --ignore-startup-parameters %s ignores it)",
+				     k, k);
+			return false;
+		}
+		kv = v + vlen + 1;
+	}
+	return true;
+}
+
+/* The startup packet (no type byte). */
+static void client_startup(struct client *c)
+{
+	struct buf *in = &c->in;
+	if (buf_len(in) < 8)
+		return;
+	const char *p = buf_data(in);
+	uint32_t len = get32(p), code = get32(p + 4);
+	if (len < 8 || len > MAX_STARTUP) {
+		/* as PostgreSQL: no answer to a stream that is not a startup
+		 * (a Terminate before the startup packet, say) */
+		client_close(c);
+		return;
+	}
+	if (buf_len(in) < len) {
+		c->in_need = len;
+		return;
+	}
+	c->in_need = 0;
+	if (code == SSL_REQUEST || code == GSSENC_REQUEST) {
+		buf_consume(in, len);
+		buf_put(&c->out, "N", 1); /* no encryption: go on in the clear */
+		return;
+	}
+	if (code == CANCEL_REQUEST) {
+		int32_t srv_pid, srv_key;
+		if (len == 16 && cancel_lookup((int32_t)get32(p + 8), (int32_t)get32(p + 12),
+					       &srv_pid, &srv_key))
+			cancel_forward(c->w.loop, srv_pid, srv_key);
+		client_close(c); /* a cancel connection gets no answer */
+		return;
+	}
+	if (code >> 16 != 3) {
+		client_fatal(c, "0A000", "pgproxy: unsupported frontend protocol %u.%u", code >> 16,
+			     code & 0xffff);
+		return;
+	}
+	char unknown[256];
+	int nunknown = 0;
+	bool ok = startup_params(c, p + 8, p + len, unknown, sizeof(unknown), &nunknown);
+	buf_consume(in, len);
+	if (!ok)
+		return;
+	if ((code & 0xffff) > 0 || nunknown) {
+		/* NegotiateProtocolVersion: 3.0, and the options it does not know */
+		struct pkt k;
+		pkt_begin(&k, 'v');
+		pkt_i32(&k, 0);
+		pkt_i32(&k, nunknown);
+		for (char *o = unknown, *nl; (nl = strchr(o, '\n')); o = nl + 1) {
+			*nl = 0;
+			pkt_str(&k, o);
+		}
+		pkt_end(&k, &c->out);
+	}
+	if (!c->user[0]) {
+		client_fatal(c, "28000", "no PostgreSQL user name specified in startup packet");
+		return;
+	}
+	if (!c->db[0])
+		snprintf(c->db, sizeof(c->db), "%s", c->user);
+	if (!c->want.set[PAR_APPNAME]) /* what PostgreSQL reports without one */
+		param_store(&c->want, PAR_APPNAME, "", 0);
+	c->band = band_for(c->want.v[PAR_APPNAME], c->user);
+	if (!strcmp(c->db, "pgproxy")) {
+		set_state(c, C_ADMIN);
+		send_login(c);
+		return;
+	}
+	int err = 0;
+	if (!(c->up = upool_get(c->db, c->user, &err))) {
+		if (err == ESHUTDOWN)
+			client_fatal(c, "57P01", "pgproxy is shutting down");
+		else
+			client_fatal(c, "53300", "pgproxy: cannot make a pool for database \"%s\": %s", c->db,
+				     err == ENOSPC ? "too many databases" : strerror(err));
+		return;
+	}
+	if (P.cfg.max_prepared && !(c->stmts = stmt_map_new())) {
+		client_fatal(c, "53200", "pgproxy: out of memory");
+		return;
+	}
+	set_state(c, C_IDLE);
+	if (login_needs_server(c)) {
+		/* The first client of a user learns the defaults from a server
+		 * connection; one with values of its own has them checked there. */
+		c->login = true;
+		start_acquire(c);
+	} else {
+		send_login(c);
+	}
+}
+
+/* ---------------------------------------------------------------- acquiring */
+
+/* Refuse the client's current batch: the error is already queued.  A
+ * simple query (or function call) is dropped and answered ReadyForQuery;
+ * an extended-protocol batch is dropped up to its Sync, answered then. */
+static void refuse_batch(struct client *c)
+{
+	struct msg m;
+	if (frame_peek(&c->in, &m) == FRAME_MSG && (m.type == 'Q' || m.type == 'F')) {
+		c->rl = (struct relay){ .left = m.total, .drop = true };
+		send_ready(&c->out, 'I');
+	} else {
+		c->skipping = true;
+	}
+}
+
+static void acquire_failed(struct client *c, int err)
+{
+	char text[512];
+	const char *code = "08000";
+	set_state(c, C_IDLE);
+	if (err == ESHUTDOWN) {
+		client_fatal(c, "57P01", "pgproxy is shutting down");
+		return;
+	}
+	if (err == ETIMEDOUT) {
+		atomic_fetch_add(&P.bands[c->band].timed_out, 1);
+		code = "57014";
+		snprintf(text, sizeof(text),
+			 "pgproxy: no server connection for database \"%s\" within --wait-timeout "
+			 "(%.0f ms in the queue, band %d)",
+			 c->db, (double)(ts_now_ns() - c->acq_start) / 1e6, c->band);
+	} else {
+		snprintf(text, sizeof(text), "pgproxy: no server connection: %s", ts_strerror(err));
+	}
+	if (c->login) {
+		client_fatal(c, code, "%s", text);
+		return;
+	}
+	send_error(&c->out, "ERROR", code, "%s", text);
+	refuse_batch(c);
+}
+
+static void on_turn(ts_async *node, int result, void *arg)
+{
+	struct client *c = arg;
+	atomic_fetch_sub(&c->up->pool->waiting[c->band], 1);
+	c->queued = false;
+	if (result == 0) {
+		c->pass = ts_async_pass(node);
+		got_turn(c);
+	} else {
+		acquire_failed(c, result);
+	}
+	client_drive(c);
+}
+
+static void start_acquire(struct client *c)
+{
+	struct pool *pool = c->up->pool;
+	int64_t now = ts_now_ns();
+	ts_claim claim = { c->band, now, atomic_fetch_add(&P.seq, 1) + 1 };
+	c->acq_start = now;
+	c->deadline = P.cfg.wait_timeout_ns ? now + P.cfg.wait_timeout_ns : 0;
+	c->pass = (ts_pass)TS_PASS_NONE;
+	set_state(c, C_WAIT_TURN);
+	int r = ts_turnstile_wait_async(pool->turns, &claim, c->deadline, NULL, c->w.loop->notifier,
+					&c->node, on_turn, c, &c->pass);
+	if (r == EINPROGRESS) {
+		atomic_fetch_add(&pool->waiting[c->band], 1);
+		c->queued = true;
+	} else if (r == 0) {
+		got_turn(c);
+	} else {
+		acquire_failed(c, r);
+	}
+}
+
+/* The SETs that give the connection this client's parameters go first. */
+static void apply_params(struct client *c)
+{
+	struct server *s = c->srv;
+	char sql[2048];
+	if (!params_diff_sql(&c->want, &s->have, sql, sizeof(sql))) {
+		client_fatal(c, "54000", "pgproxy: the client's parameters are too long to apply");
+		return;
+	}
+	if (!sql[0])
+		return;
+	struct rq *e = rq_push(s, RQ_QUERY, RQ_SWALLOW | RQ_PARAMS);
+	if (!e) {
+		s->out.oom = true;
+		return;
+	}
+	struct pkt k;
+	pkt_begin(&k, 'Q');
+	pkt_str(&k, sql);
+	pkt_end(&k, &s->out);
+	for (int p = 0; p < NPARAMS; p++) /* unreported: what we set is what it has */
+		if (!param_reported(p)) {
+			s->have.set[p] = c->want.set[p];
+			memcpy(s->have.v[p], c->want.v[p], PARAM_LEN);
+		}
+}
+
+static void link_server(struct client *c, struct server *s)
+{
+	c->srv = s;
+	c->sw.fd = s->fd;
+	set_state(c, C_LINKED);
+	c->status = 'I';
+	c->ext_open = c->param_failed = false;
+	cancel_set_server(c, s->pid, s->key);
+	if (c->login) {
+		/* the defaults are known now: the rest of the client's values */
+		login_needs_server(c);
+	} else {
+		struct band_stats *bs = &P.bands[c->band];
+		atomic_fetch_add(&bs->admitted, 1);
+		hist_add(bs, ts_now_ns() - c->acq_start);
+	}
+	apply_params(c);
+}
+
+/* A taken idle connection: used, or closed (slot back) and taken again. */
+static bool take_item(struct client *c, void *item)
+{
+	struct server *s = item;
+	if (server_usable(s)) {
+		link_server(c, s);
+		return true;
+	}
+	server_destroy(s);
+	return false;
+}
+
+/* A creation slot: a new connection, if the pool has room under its
+ * ceiling (or makes it by closing another user's idle connection). */
+static void server_create(struct client *c)
+{
+	if (!pool_reserve_conn(c->up)) {
+		/* a connection is on its way back to the pool: try again on
+		 * the loop's next turn */
+		ts_waitlist_discard(c->up->conns);
+		c->retry = true;
+		return;
+	}
+	struct server *s = server_new(c->up);
+	if (!s) {
+		pool_release_conn(c->up->pool);
+		ts_waitlist_discard(c->up->conns);
+		ts_pass_return(&c->pass);
+		acquire_failed(c, ENOMEM);
+		return;
+	}
+	set_state(c, C_CONNECTING);
+	server_start(c, s);
+}
+
+static void on_take(ts_async *node, int result, void *arg)
+{
+	struct client *c = arg;
+	if (result == 0) {
+		if (!take_item(c, ts_async_item(node)))
+			got_turn(c);
+	} else if (result == TS_CREATE) {
+		server_create(c);
+	} else {
+		ts_pass_return(&c->pass);
+		acquire_failed(c, result);
+	}
+	client_drive(c);
+}
+
+static void got_turn(struct client *c)
+{
+	c->retry = false;
+	for (;;) {
+		void *item = NULL;
+		set_state(c, C_WAIT_CONN);
+		int r = ts_waitlist_take_async(c->up->conns, c->deadline, NULL, c->w.loop->notifier,
+					       &c->node, on_take, c, &item);
+		if (r == 0) {
+			if (take_item(c, item))
+				return;
+			continue;
+		}
+		if (r == TS_CREATE) {
+			server_create(c);
+		} else if (r != EINPROGRESS) {
+			ts_pass_return(&c->pass);
+			acquire_failed(c, r);
+		}
+		return;
+	}
+}
+
+void client_retry(struct client *c)
+{
+	if (c->retry && !c->w.dead && c->state == C_WAIT_CONN) {
+		got_turn(c);
+		client_drive(c);
+	}
+}
+
+/* Unhook the server from the client (and from this loop's epoll). */
+static struct server *client_unhook(struct client *c)
+{
+	struct server *s = c->srv;
+	watch_set(&c->sw, 0);
+	c->sw.fd = -1;
+	c->srv = NULL;
+	if (c->registered)
+		cancel_set_server(c, 0, 0);
+	return s;
+}
+
+void client_release(struct client *c)
+{
+	struct server *s = client_unhook(c);
+	set_state(c, C_IDLE);
+	pool_put_server(s);
+	ts_pass_return(&c->pass);
+	if (c->param_failed) {
+		const struct pg_error *e = &c->param_err;
+		client_fatal(c, e->code[0] ? e->code : "22023", "%s", e->message);
+	} else if (atomic_load(&P.shutting_down)) {
+		client_fatal(c, "57P01", "pgproxy is shutting down");
+	} else if (c->login) {
+		c->login = false;
+		send_login(c);
+	}
+}
+
+/* Give back whatever the client holds or waits for: it is leaving. */
+static void client_let_go(struct client *c)
+{
+	switch (c->state) {
+	case C_WAIT_TURN:
+		/* 0: withdrawn; EALREADY: the pass it got went to the next in line */
+		(void)ts_async_cancel(&c->node);
+		if (c->queued) {
+			atomic_fetch_sub(&c->up->pool->waiting[c->band], 1);
+			c->queued = false;
+		}
+		break;
+	case C_WAIT_CONN:
+		/* 0: withdrawn; EALREADY: a connection it got went to the next
+		 * taker or back to the pool; ENOENT: it was retrying */
+		(void)ts_async_cancel(&c->node);
+		ts_pass_return(&c->pass);
+		break;
+	case C_CONNECTING:
+	case C_LINKED:
+		/* mid-transaction or half made: the connection's state is unknown */
+		server_destroy(client_unhook(c));
+		ts_pass_return(&c->pass);
+		break;
+	default:
+		break;
+	}
+	c->retry = false;
+	if (c->state != C_ADMIN && c->state != C_STARTUP)
+		set_state(c, C_IDLE);
+}
+
+void client_server_failed(struct client *c, const struct pg_error *e)
+{
+	server_destroy(client_unhook(c));
+	ts_pass_return(&c->pass);
+	set_state(c, C_IDLE);
+	if (c->login) { /* e.g. 3D000: database does not exist */
+		client_fatal(c, e->code, "%s", e->message);
+		return;
+	}
+	send_error(&c->out, "ERROR", e->code, "pgproxy: cannot open a server connection: %s",
+		   e->message);
+	refuse_batch(c);
+}
+
+void client_server_failed_msg(struct client *c, const char *code, const char *fmt, ...)
+{
+	struct pg_error e = { "FATAL", "", "" };
+	va_list ap;
+	snprintf(e.code, sizeof(e.code), "%s", code);
+	va_start(ap, fmt);
+	vsnprintf(e.message, sizeof(e.message), fmt, ap);
+	va_end(ap);
+	client_server_failed(c, &e);
+}
+
+void client_server_ready(struct client *c)
+{
+	link_server(c, c->srv);
+}
+
+void client_server_lost(struct client *c, const char *code, const char *why)
+{
+	server_destroy(client_unhook(c));
+	ts_pass_return(&c->pass);
+	set_state(c, C_IDLE);
+	client_fatal(c, code, "%s", why);
+}
+
+/* ---------------------------------------------------------------- the relay */
+
+/* Fails the client's batch in order, on the server, with this error in
+ * place of the server's: an Execute of a portal that cannot exist, whose
+ * error the relay replaces.  The rest of the batch is dropped to its Sync. */
+static void refuse_in_order(struct client *c, const char *code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void refuse_in_order(struct client *c, const char *code, const char *fmt, ...)
+{
+	struct server *s = c->srv;
+	char text[512];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	size_t clen = strlen(code), tlen = n < 0 ? 0 : strlen(text);
+	struct rq *e = rq_push(s, RQ_EXECUTE, RQ_MARKER | RQ_SWALLOW);
+	char *why = malloc(clen + tlen + 2);
+	if (!e || !why) {
+		free(why);
+		s->out.oom = true;
+		return;
+	}
+	memcpy(why, code, clen + 1);
+	memcpy(why + clen + 1, text, tlen + 1);
+	e->why = why;
+	struct pkt k;
+	pkt_begin(&k, 'E');
+	pkt_str(&k, MARKER);
+	pkt_i32(&k, 0);
+	pkt_end(&k, &s->out);
+	c->ext_open = true;
+	c->skipping = true;
+}
+
+static void stmt_server_name(const struct stmt *st, char *out, size_t n)
+{
+	snprintf(out, n, "pgproxy_%" PRIu64, stmt_id(st));
+}
+
+/* Prepares the statement on the client's connection under the proxy's
+ * name, after a Close of the least recently used one if the connection is
+ * full.  `flags`: RQ_SWALLOW for a Parse the proxy adds before a use, or
+ * RQ_NAMES for the client's own Parse (whose answer it then gets). */
+static bool prepare_on_server(struct client *c, struct stmt *st, uint8_t flags, const char *cname)
+{
+	struct server *s = c->srv;
+	uint64_t ev;
+	char name[32];
+	struct pkt k;
+	if (srv_stmts_add(s->stmts, stmt_id(st), &ev)) {
+		if (!rq_push(s, RQ_CLOSE, RQ_SWALLOW))
+			return false;
+		snprintf(name, sizeof(name), "pgproxy_%" PRIu64, ev);
+		pkt_begin(&k, 'C');
+		pkt_u8(&k, 'S');
+		pkt_str(&k, name);
+		pkt_end(&k, &s->out);
+	}
+	struct rq *e = rq_push(s, RQ_PARSE, flags | RQ_PREPARES);
+	if (!e || (cname && !(e->name = strdup(cname))))
+		return false;
+	e->stmt = stmt_hold(st);
+	size_t blen;
+	const char *body = stmt_body(st, &blen);
+	stmt_server_name(st, name, sizeof(name));
+	pkt_begin(&k, 'P');
+	pkt_str(&k, name);
+	pkt_bytes(&k, body, blen);
+	pkt_end(&k, &s->out);
+	return true;
+}
+
+/* A statement the client names, prepared on its connection before use. */
+static bool ensure_prepared(struct client *c, struct stmt *st)
+{
+	return srv_stmts_has(c->srv->stmts, stmt_id(st)) ||
+	       prepare_on_server(c, st, RQ_SWALLOW, NULL);
+}
+
+/* Whether `n` bytes of the message are in; if not, the socket may be read
+ * that far (the message is handled when they are). */
+static bool have(struct client *c, const struct msg *m, size_t n)
+{
+	if (m->have >= n)
+		return true;
+	c->in_need = n;
+	return false;
+}
+
+/* The message at the front, dropped as it arrives. */
+static void drop(struct client *c, const struct msg *m)
+{
+	c->rl = (struct relay){ .left = m->total, .drop = true };
+	relay_step(&c->rl, &c->in, NULL, 0);
+}
+
+/* The message at the front, forwarded unchanged as it arrives, with what
+ * it asks for (kind < 0: nothing answers it). */
+static void forward(struct client *c, const struct msg *m, int kind)
+{
+	struct server *s = c->srv;
+	if (kind >= 0 && !rq_push(s, (enum rq_kind)kind, 0)) {
+		s->out.oom = true;
+		return;
+	}
+	c->rl = (struct relay){ .left = m->total };
+	relay_step(&c->rl, &c->in, &s->out, IN_BOUND);
+}
+
+/* A string at p, NUL-terminated before end: its length, or -1. */
+static long cstr(const char *p, const char *end)
+{
+	size_t n = strnlen(p, (size_t)(end - p));
+	return p + n < end ? (long)n : -1;
+}
+
+static void refuse_unsupported(struct client *c, const char *name)
+{
+	refuse_in_order(c, "0A000",
+			"pgproxy: named prepared statements are not supported in transaction pooling "
+			"(statement \"%.64s\"); start pgproxy with --max-prepared N, or use unnamed "
+			"statements (pgbench -M extended, not -M prepared)",
+			name);
+}
+
+static void parse_msg(struct client *c, const struct msg *m)
+{
+	size_t need = m->total < 5 + PEEK_MAX ? m->total : 5 + PEEK_MAX;
+	if (!have(c, m, need))
+		return;
+	const char *name = m->p + 5;
+	long nlen = cstr(name, m->p + need);
+	if (nlen < 0) {
+		client_fatal(c, "08P01", "pgproxy: invalid Parse message");
+		return;
+	}
+	c->ext_open = true;
+	if (!nlen) {
+		forward(c, m, RQ_PARSE);
+		return;
+	}
+	if (!P.cfg.max_prepared) {
+		refuse_unsupported(c, name);
+		drop(c, m);
+		return;
+	}
+	if (m->total > WHOLE_MAX) {
+		refuse_in_order(c, "54000", "pgproxy: a named statement longer than %d bytes", WHOLE_MAX);
+		drop(c, m);
+		return;
+	}
+	if (!have(c, m, m->total))
+		return;
+	const char *body = name + nlen + 1;
+	struct stmt *st = stmt_get(body, (size_t)(m->p + m->total - body));
+	int err = !st ? ENOMEM : stmt_map_find(c->stmts, name) ? EEXIST : stmt_map_add(c->stmts, name, st);
+	if (err == EEXIST) {
+		refuse_in_order(c, "42P05", "prepared statement \"%s\" already exists", name);
+	} else if (err == ENOSPC) {
+		refuse_in_order(c, "54000", "pgproxy: too many prepared statements in one session");
+	} else if (err) {
+		c->out.oom = true;
+	} else if (srv_stmts_has(c->srv->stmts, stmt_id(st))) {
+		struct rq *e = rq_push(c->srv, RQ_PARSE, RQ_SYNTH | RQ_NAMES);
+		if (!e || !(e->name = strdup(name)))
+			c->out.oom = true;
+		else {
+			e->synth = '1';
+			e->stmt = stmt_hold(st);
+		}
+	} else if (!prepare_on_server(c, st, RQ_NAMES, name)) {
+		c->out.oom = true;
+	}
+	stmt_put(st);
+	drop(c, m);
+}
+
+static void bind_msg(struct client *c, const struct msg *m)
+{
+	size_t need = m->total < 5 + PEEK_MAX ? m->total : 5 + PEEK_MAX;
+	if (!have(c, m, need))
+		return;
+	const char *portal = m->p + 5, *end = m->p + need;
+	long plen = cstr(portal, end), slen = plen < 0 ? -1 : cstr(portal + plen + 1, end);
+	if (slen < 0) {
+		client_fatal(c, "08P01", "pgproxy: invalid Bind message");
+		return;
+	}
+	const char *sname = portal + plen + 1;
+	c->ext_open = true;
+	if (!slen) {
+		forward(c, m, RQ_BIND);
+		return;
+	}
+	struct stmt *st = P.cfg.max_prepared ? stmt_map_find(c->stmts, sname) : NULL;
+	if (!P.cfg.max_prepared) {
+		refuse_unsupported(c, sname);
+		drop(c, m);
+		return;
+	}
+	if (!st) {
+		refuse_in_order(c, "26000", "prepared statement \"%s\" does not exist", sname);
+		drop(c, m);
+		return;
+	}
+	char name[32];
+	stmt_server_name(st, name, sizeof(name));
+	if (!ensure_prepared(c, st) || !rq_push(c->srv, RQ_BIND, 0)) {
+		c->out.oom = true;
+		return;
+	}
+	/* the same Bind naming the server's statement: its header and names
+	 * written here, the rest streamed */
+	size_t head = 5 + (size_t)plen + 1 + (size_t)slen + 1, nlen = strlen(name);
+	char hdr[5];
+	hdr[0] = 'B';
+	put32(hdr + 1, (uint32_t)(m->len - (size_t)slen + nlen));
+	struct buf *o = &c->srv->out;
+	buf_put(o, hdr, 5);
+	buf_put(o, portal, (size_t)plen + 1);
+	buf_put(o, name, nlen + 1);
+	size_t rest = m->total - head;
+	buf_consume(&c->in, head);
+	c->rl = (struct relay){ .left = rest };
+	relay_step(&c->rl, &c->in, o, IN_BOUND);
+}
+
+/* Describe and Close of a statement: read whole (they are small). */
+static void stmt_msg(struct client *c, const struct msg *m)
+{
+	if (m->total > 5 + PEEK_MAX) {
+		client_fatal(c, "08P01", "pgproxy: invalid %s message", m->type == 'D' ? "Describe" : "Close");
+		return;
+	}
+	if (!have(c, m, m->total))
+		return;
+	const char *name = m->p + 6;
+	long nlen = m->total >= 7 ? cstr(name, m->p + m->total) : -1;
+	if (nlen < 0 || (m->p[5] != 'S' && m->p[5] != 'P')) {
+		client_fatal(c, "08P01", "pgproxy: invalid %s message", m->type == 'D' ? "Describe" : "Close");
+		return;
+	}
+	c->ext_open = true;
+	if (m->p[5] == 'P' || !nlen) {
+		forward(c, m, m->type == 'D' ? RQ_DESCRIBE : RQ_CLOSE);
+		return;
+	}
+	if (m->type == 'C') { /* answered in order; the name goes then */
+		struct rq *e = rq_push(c->srv, RQ_CLOSE, RQ_SYNTH | RQ_CLOSES);
+		if (!e || !(e->name = strdup(name)))
+			c->out.oom = true;
+		else
+			e->synth = '3';
+		drop(c, m);
+		return;
+	}
+	struct stmt *st = P.cfg.max_prepared ? stmt_map_find(c->stmts, name) : NULL;
+	if (!P.cfg.max_prepared)
+		refuse_unsupported(c, name);
+	else if (!st)
+		refuse_in_order(c, "26000", "prepared statement \"%s\" does not exist", name);
+	if (!st) {
+		drop(c, m);
+		return;
+	}
+	char sname[32];
+	stmt_server_name(st, sname, sizeof(sname));
+	if (!ensure_prepared(c, st) || !rq_push(c->srv, RQ_DESCRIBE, 0)) {
+		c->out.oom = true;
+		return;
+	}
+	struct pkt k;
+	pkt_begin(&k, 'D');
+	pkt_u8(&k, 'S');
+	pkt_str(&k, sname);
+	pkt_end(&k, &c->srv->out);
+	drop(c, m);
+}
+
+/* DEALLOCATE [PREPARE] name|ALL, alone in a simple query: the names are
+ * the client's, so the proxy answers it (in order).  Returns false for
+ * anything else. */
+static bool deallocate(struct client *c, const char *q, size_t n)
+{
+	char word[256], name[256] = "";
+	size_t i = 0;
+	const char *end = q + n;
+	int nwords = 0;
+	bool all = false;
+	while (q < end && *q) {
+		while (q < end && isspace((unsigned char)*q))
+			q++;
+		if (q >= end || !*q || *q == ';')
+			break;
+		i = 0;
+		if (*q == '"') { /* a quoted name, as written */
+			for (q++; q < end && *q && *q != '"' && i < sizeof(word) - 1; q++)
+				word[i++] = *q;
+			if (q >= end || *q != '"')
+				return false;
+			q++;
+			word[i] = 0;
+			if (nwords == 0 || (nwords > 2))
+				return false;
+			snprintf(name, sizeof(name), "%s", word);
+			nwords++;
+			continue;
+		}
+		while (q < end && *q && !isspace((unsigned char)*q) && *q != ';' && i < sizeof(word) - 1)
+			word[i++] = (char)tolower((unsigned char)*q++);
+		word[i] = 0;
+		if (nwords == 0 && strcmp(word, "deallocate"))
+			return false;
+		if (nwords == 1 && !strcmp(word, "prepare")) {
+			nwords++;
+			continue;
+		}
+		if (nwords >= 1 && !name[0] && !all) {
+			if (!strcmp(word, "all"))
+				all = true;
+			else
+				snprintf(name, sizeof(name), "%s", word);
+		} else if (nwords >= 1) {
+			return false;
+		}
+		nwords++;
+	}
+	while (q < end && *q && (isspace((unsigned char)*q) || *q == ';'))
+		q++;
+	if ((q < end && *q) || (!all && !name[0]))
+		return false;
+	struct rq *e = rq_push(c->srv, RQ_QUERY, RQ_SYNTH | (all ? RQ_DEALLOC_ALL : 0));
+	if (!e || (!all && !(e->name = strdup(name)))) {
+		c->out.oom = true;
+		return true;
+	}
+	e->synth = 'C';
+	return true;
+}
+
+static void query_msg(struct client *c, const struct msg *m)
+{
+	size_t need = m->total < 5 + 64 ? m->total : 5 + 64;
+	if (!have(c, m, need))
+		return;
+	const char *q = m->p + 5, *end = m->p + need;
+	while (q < end && isspace((unsigned char)*q))
+		q++;
+	size_t left = (size_t)(end - q);
+	if (P.cfg.max_prepared && left >= 10 && !strncasecmp(q, "deallocate", 10) &&
+	    m->total <= 5 + PEEK_MAX) {
+		if (!have(c, m, m->total))
+			return;
+		if (deallocate(c, m->p + 5, m->total - 5)) {
+			drop(c, m);
+			return;
+		}
+	}
+	if (left >= 7 && !strncasecmp(q, "discard", 7)) {
+		/* DISCARD ALL drops the session's statements and parameters: the
+		 * connection is not reused, and the client's names are gone */
+		c->srv->dirty = true;
+		if (c->stmts && left >= 11 && !strncasecmp(q + 7, " all", 4))
+			stmt_map_clear(c->stmts);
+	}
+	forward(c, m, RQ_QUERY);
+}
+
+/* One message of a client holding a connection. */
+static void linked_message(struct client *c, const struct msg *m)
+{
+	switch (m->type) {
+	case 'P': parse_msg(c, m); break;
+	case 'B': bind_msg(c, m); break;
+	case 'D': case 'C': stmt_msg(c, m); break;
+	case 'Q': query_msg(c, m); break;
+	case 'S':
+		c->ext_open = false;
+		forward(c, m, RQ_SYNC);
+		break;
+	case 'E':
+		c->ext_open = true;
+		forward(c, m, RQ_EXECUTE);
+		break;
+	case 'F': forward(c, m, RQ_FUNC); break;
+	default: forward(c, m, -1); break; /* Flush, COPY data, and what the server will refuse */
+	}
+}
+
+/* The admin console: simple queries only. */
+static void admin_message(struct client *c, const struct msg *m)
+{
+	switch (m->type) {
+	case 'Q':
+		if (m->total > 5 + ADMIN_QUERY_MAX) {
+			send_error(&c->out, "ERROR", "54000", "pgproxy admin console: a query longer than %d bytes",
+				   ADMIN_QUERY_MAX);
+			send_ready(&c->out, 'I');
+			break;
+		}
+		if (!have(c, m, m->total))
+			return;
+		char sql[ADMIN_QUERY_MAX + 1];
+		snprintf(sql, sizeof(sql), "%.*s", (int)strnlen(m->p + 5, m->total - 5), m->p + 5);
+		admin_query(&c->out, sql);
+		send_ready(&c->out, 'I');
+		break;
+	case 'X':
+		client_close(c);
+		return;
+	case 'S':
+		c->admin_refused = false;
+		send_ready(&c->out, 'I');
+		break;
+	case 'H':
+		break;
+	default:
+		if (!c->admin_refused)
+			send_error(&c->out, "ERROR", "0A000",
+				   "pgproxy admin console: only simple queries (psql -c 'SHOW POOLS')");
+		c->admin_refused = true;
+		break;
+	}
+	drop(c, m);
+}
+
+/* Client to server (or to the proxy itself).  Returns when blocked: more
+ * input needed, output over its bound, or nothing moved. */
+static void client_input(struct client *c)
+{
+	while (!c->w.dead && !c->closing) {
+		if (c->rl.left) {
+			relay_step(&c->rl, &c->in, c->rl.drop ? NULL : &c->srv->out, IN_BOUND);
+			if (c->rl.left)
+				return;
+			continue;
+		}
+		if (buf_len(&c->out) >= OUT_BOUND)
+			return;
+		if (c->state != C_IDLE && c->state != C_LINKED && c->state != C_ADMIN)
+			return;
+		struct msg m;
+		int f = frame_peek(&c->in, &m);
+		if (f == FRAME_MORE)
+			return;
+		if (f == FRAME_BAD) {
+			client_fatal(c, "08P01", "pgproxy: invalid message length");
+			return;
+		}
+		if (c->state == C_LINKED && (rq_full(c->srv) || buf_len(&c->srv->out) >= IN_BOUND))
+			return; /* the server catches up first */
+		uint64_t mark = c->in.moved + c->out.moved + c->ticks;
+		c->in_need = 0;
+		if (c->state == C_ADMIN) {
+			admin_message(c, &m);
+		} else if (c->skipping) {
+			if (m.type == 'S') {
+				c->skipping = false;
+				if (c->state == C_LINKED) {
+					c->ext_open = false;
+					forward(c, &m, RQ_SYNC);
+				} else {
+					send_ready(&c->out, 'I');
+					drop(c, &m);
+				}
+			} else {
+				drop(c, &m);
+			}
+		} else if (m.type == 'X') { /* Terminate; in a transaction it costs the connection */
+			client_close(c);
+			return;
+		} else if (c->state == C_IDLE) {
+			if (m.type == 'S') /* a Sync with nothing before it */
+				send_ready(&c->out, 'I');
+			if (m.type == 'S' || m.type == 'H')
+				drop(c, &m);
+			else
+				start_acquire(c); /* the first message of a transaction */
+		} else {
+			linked_message(c, &m);
+		}
+		if (c->w.dead || c->in_need || mark == c->in.moved + c->out.moved + c->ticks)
+			return; /* waiting for bytes, or out of memory: the driver decides */
+	}
+}
+
+/* ---------------------------------------------------------------- driving */
+
+struct client *client_new(struct loop *l, int fd)
+{
+	struct client *c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return NULL;
+	}
+	c->w = (struct watch){ .kind = K_CLIENT, .fd = fd, .loop = l };
+	c->sw = (struct watch){ .kind = K_SERVER, .fd = -1, .loop = l };
+	c->node = (ts_async)TS_ASYNC_INIT;
+	c->pass = (ts_pass)TS_PASS_NONE;
+	if (P.cfg.login_timeout_ns)
+		c->login_deadline = ts_now_ns() + P.cfg.login_timeout_ns;
+	c->next = l->clients;
+	if (l->clients)
+		l->clients->prev = c;
+	l->clients = c;
+	l->nclients++;
+	watch_set(&c->w, EPOLLIN | EPOLLRDHUP);
+	return c;
+}
+
+static void client_close(struct client *c)
+{
+	if (c->w.dead)
+		return;
+	client_let_go(c);
+	cancel_unregister(c);
+	struct loop *l = c->w.loop;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		l->clients = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	l->nclients--;
+	if (c->up) {
+		upool_put(c->up);
+		c->up = NULL;
+	}
+	/* Unread input makes close() reset the connection, which can lose
+	 * the error just written: read a little of it away first. */
+	char sink[4096];
+	for (int i = 0; i < 16 && recv(c->w.fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
+		;
+	watch_close(&c->w);
+	loop_fd_freed(l);
+}
+
+/* Queue a FATAL error, give back what the client holds, and close once
+ * the output is written. */
+void client_fatal(struct client *c, const char *code, const char *fmt, ...)
+{
+	char text[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	send_error(&c->out, "FATAL", code, "%s", text);
+	client_let_go(c);
+	c->closing = true;
+	c->ticks++;
+}
+
+bool client_idle_for_shutdown(const struct client *c)
+{
+	return c->state == C_STARTUP || (c->state == C_IDLE && !c->login) || c->state == C_ADMIN;
+}
+
+void client_shutdown(struct client *c)
+{
+	/* Queued clients get ESHUTDOWN from the closed set; those holding a
+	 * pass finish their transaction and are closed at its end. */
+	if (c->w.dead || c->closing || !client_idle_for_shutdown(c))
+		return;
+	if (c->state == C_ADMIN) { /* the console that said SHUTDOWN has its answer */
+		c->closing = true;
+		c->ticks++;
+	} else {
+		client_fatal(c, "57P01", "pgproxy is shutting down");
+	}
+	client_drive(c);
+}
+
+static void update_masks(struct client *c)
+{
+	uint32_t m = EPOLLRDHUP;
+	size_t limit = c->in_need > IN_BOUND ? c->in_need : IN_BOUND;
+	if (!c->closing && buf_len(&c->in) < limit && buf_len(&c->out) < OUT_BOUND)
+		m |= EPOLLIN;
+	if (buf_len(&c->out))
+		m |= EPOLLOUT;
+	watch_set(&c->w, m);
+	struct server *s = c->srv;
+	uint32_t sm = 0;
+	if (s && c->state == C_CONNECTING) {
+		sm = s->state == S_CONNECTING ? EPOLLOUT : EPOLLIN | (buf_len(&s->out) ? EPOLLOUT : 0);
+	} else if (s && c->state == C_LINKED) {
+		if (buf_len(&c->out) < OUT_BOUND && buf_len(&s->in) < IN_BOUND)
+			sm |= EPOLLIN | EPOLLRDHUP;
+		if (buf_len(&s->out))
+			sm |= EPOLLOUT;
+	}
+	watch_set(&c->sw, sm);
+}
+
+/* What moves: a change in any of these is progress. */
+struct mark {
+	uint64_t in, out, ticks, sin, sout;
+	const struct server *srv;
+};
+
+static struct mark mark_of(const struct client *c)
+{
+	struct mark m = { c->in.moved, c->out.moved, c->ticks, 0, 0, c->srv };
+	if (c->srv) {
+		m.sin = c->srv->in.moved;
+		m.sout = c->srv->out.moved;
+	}
+	return m;
+}
+
+static void client_drive(struct client *c)
+{
+	for (;;) {
+		if (c->w.dead)
+			return;
+		if (c->in.oom || c->out.oom || (c->srv && (c->srv->in.oom || c->srv->out.oom))) {
+			fprintf(stderr, "pgproxy: out of memory, closing a client\n");
+			client_close(c);
+			return;
+		}
+		struct mark before = mark_of(c);
+		if (!c->closing) {
+			if (c->state == C_STARTUP)
+				client_startup(c);
+			else
+				client_input(c);
+			if (c->w.dead)
+				return;
+			if (c->state == C_LINKED)
+				server_input(c);
+			if (c->w.dead)
+				return;
+		}
+		if (sock_write(c->w.fd, &c->out) < 0) {
+			client_close(c);
+			return;
+		}
+		if (c->state == C_LINKED && buf_len(&c->srv->out) && sock_write(c->srv->fd, &c->srv->out) < 0)
+			client_server_lost(c, "08006", "pgproxy: the server connection was lost during the transaction");
+		if (c->closing && !buf_len(&c->out)) {
+			client_close(c);
+			return;
+		}
+		struct mark after = mark_of(c);
+		if (!memcmp(&before, &after, sizeof(before)))
+			break;
+	}
+	update_masks(c);
+}
+
+void client_event(struct client *c, uint32_t events)
+{
+	if (c->closing) {
+		if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+			client_close(c);
+			return;
+		}
+	} else if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+		size_t limit = c->in_need > IN_BOUND ? c->in_need : IN_BOUND;
+		int r = buf_len(&c->out) < OUT_BOUND ? sock_read(c->w.fd, &c->in, limit) : 0;
+		if (r < 0 || (r == 0 && (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)))) {
+			/* gone: queued, it leaves the queue; in a transaction, the
+			 * server connection goes with it */
+			client_close(c);
+			return;
+		}
+	}
+	client_drive(c);
+}
+
+void server_event(struct watch *w, uint32_t events)
+{
+	(void)events;
+	struct client *c = container_of(w, struct client, sw);
+	if (c->w.dead || !c->srv)
+		return; /* stale: the connection went back or was closed in this batch */
+	if (c->state == C_CONNECTING) {
+		server_startup_io(c);
+	} else if (c->state == C_LINKED && buf_len(&c->out) < OUT_BOUND &&
+		   buf_len(&c->srv->in) < IN_BOUND) {
+		if (sock_read(c->srv->fd, &c->srv->in, IN_BOUND) < 0) {
+			/* relay what it said before it went, then end the client */
+			server_input(c);
+			if (!c->w.dead && c->srv && c->state == C_LINKED)
+				client_server_lost(c, "08006",
+						   "pgproxy: the server connection was lost during the transaction");
+		}
+	}
+	client_drive(c);
+}
+
+void client_tick(struct client *c, int64_t now)
+{
+	if (c->w.dead || c->closing)
+		return;
+	if (c->login_deadline && now >= c->login_deadline &&
+	    (c->state == C_STARTUP || c->login)) {
+		client_fatal(c, "08006", "pgproxy: no login within --client-login-timeout");
+	} else if (c->state == C_CONNECTING && c->srv->deadline_ns && now >= c->srv->deadline_ns) {
+		client_server_failed_msg(c, "08001", "pgproxy: no connection to the server within --server-connect-timeout");
+	} else {
+		return;
+	}
+	client_drive(c);
+}
+
+void conn_free(struct watch *w)
+{
+	if (w->kind == K_CLIENT) {
+		struct client *c = container_of(w, struct client, w);
+		buf_free(&c->in);
+		buf_free(&c->out);
+		stmt_map_free(c->stmts);
+		free(c);
+	} else if (w->kind == K_CANCEL) {
+		cancel_free(w);
+	}
+}

@@ -1,0 +1,357 @@
+/* SPDX-License-Identifier: MIT */
+/* pgproxy: pools.
+ *
+ * A pool is a database: one turnstile (shard `id` of the proxy's set)
+ * orders its transactions, and its ceiling bounds the server connections
+ * of all its users together (`conns`).  Idle connections are kept per
+ * user (a connection is logged in as one user): a client takes its own
+ * user's, makes a new one while the pool is under its ceiling, and only
+ * at the ceiling closes another user's idle connection to make room.
+ *
+ * The pass encloses the connection: a connection is taken with a pass
+ * held and goes back (or is destroyed) before the pass is returned.  So
+ * when a client holds a pass, the connections of the other holders are at
+ * most size - 1, and a pool at its ceiling has an idle connection for
+ * every holder still without one: pool_reserve_conn finds room.
+ *
+ * Lifetimes: a pool and its users are made when a client logs in and held
+ * by counts (clients and server connections).  A user with neither left is
+ * freed; so is a pool no login ever succeeded on, so failed logins to
+ * made-up databases leave nothing behind.  A pool a login succeeded on is
+ * a real database: it stays, with the size RESIZE gave it.
+ * Locks: pools_mu, then a pool's mu, then the library's.  No connection is
+ * destroyed with either held (server_destroy drops counts). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pgproxy.h"
+
+static struct pool *pool_new(int id, const char *db, int *err)
+{
+	struct pool *p = calloc(1, sizeof(*p));
+	if (!p) {
+		*err = ENOMEM;
+		return NULL;
+	}
+	/* A freed pool's shard keeps its turnstile, idle: resizing it again
+	 * sets the ceiling for the new database. */
+	*err = ts_set_resize(P.set, id, P.cfg.pool_size); /* ESHUTDOWN once closed */
+	if (*err) {
+		free(p);
+		return NULL;
+	}
+	p->id = id;
+	snprintf(p->db, sizeof(p->db), "%s", db);
+	p->turns = ts_set_turnstile(P.set, id);
+	atomic_store(&p->size, P.cfg.pool_size);
+	pthread_mutex_init(&p->mu, NULL);
+	return p;
+}
+
+struct upool *upool_get(const char *db, const char *user, int *err)
+{
+	*err = 0;
+	pthread_mutex_lock(&P.pools_mu);
+	struct pool *p = NULL;
+	int free_id = -1;
+	for (int i = 0; i < MAX_POOLS && !p; i++) {
+		if (P.pools[i] && !strcmp(P.pools[i]->db, db))
+			p = P.pools[i];
+		else if (!P.pools[i] && free_id < 0)
+			free_id = i;
+	}
+	bool made = false;
+	if (!p) {
+		if (free_id < 0)
+			*err = ENOSPC;
+		else if ((p = pool_new(free_id, db, err)))
+			made = true;
+		if (!p) {
+			pthread_mutex_unlock(&P.pools_mu);
+			return NULL;
+		}
+	}
+	pthread_mutex_lock(&p->mu);
+	struct upool *u = p->users;
+	while (u && strcmp(u->user, user))
+		u = u->next;
+	if (!u && (u = calloc(1, sizeof(*u)))) {
+		/* The pass bounds the connections in use and `conns` the ones
+		 * made: the waitlist needs no cap of its own. */
+		if (!(u->conns = ts_waitlist_new(0, 0))) {
+			free(u);
+			u = NULL;
+		} else {
+			u->pool = p;
+			snprintf(u->user, sizeof(u->user), "%s", user);
+			u->next = p->users;
+			p->users = u;
+			p->refs++;
+		}
+	}
+	if (u)
+		u->refs++;
+	pthread_mutex_unlock(&p->mu);
+	if (made && u)
+		P.pools[p->id] = p;
+	else if (made) {
+		pthread_mutex_destroy(&p->mu);
+		free(p);
+	}
+	pthread_mutex_unlock(&P.pools_mu);
+	if (!u)
+		*err = ENOMEM;
+	return u;
+}
+
+void upool_put(struct upool *u)
+{
+	struct pool *p = u->pool;
+	pthread_mutex_lock(&P.pools_mu);
+	pthread_mutex_lock(&p->mu);
+	bool gone = --u->refs == 0; /* no client, no connection: none idle either */
+	if (gone) {
+		for (struct upool **q = &p->users; *q; q = &(*q)->next)
+			if (*q == u) {
+				*q = u->next;
+				break;
+			}
+		p->refs--;
+	}
+	bool pool_gone = gone && p->refs == 0 && !atomic_load(&p->logged_in);
+	pthread_mutex_unlock(&p->mu);
+	if (pool_gone)
+		P.pools[p->id] = NULL;
+	pthread_mutex_unlock(&P.pools_mu);
+	if (gone) {
+		ts_waitlist_free(u->conns);
+		buf_free(&u->defaults);
+		free(u);
+	}
+	if (pool_gone) {
+		pthread_mutex_destroy(&p->mu);
+		free(p);
+	}
+}
+
+/* Takes an idle connection of a user other than `not` (NULL: any),
+ * oldest first, to close it. */
+static struct server *take_idle_other(struct pool *p, const struct upool *not)
+{
+	void *item = NULL;
+	pthread_mutex_lock(&p->mu);
+	for (struct upool *u = p->users; u && !item; u = u->next)
+		if (u != not)
+			ts_waitlist_try_take_oldest(u->conns, &item, NULL, NULL);
+	pthread_mutex_unlock(&p->mu);
+	return item;
+}
+
+bool pool_reserve_conn(struct upool *u)
+{
+	struct pool *p = u->pool;
+	for (int tries = 0; tries < 8; tries++) {
+		int64_t n = atomic_load(&p->conns);
+		while (n < atomic_load(&p->size))
+			if (atomic_compare_exchange_weak(&p->conns, &n, n + 1))
+				return true;
+		struct server *victim = take_idle_other(p, u);
+		if (!victim)
+			return false; /* one is on its way back: the caller tries again */
+		server_destroy(victim);
+	}
+	return false;
+}
+
+void pool_release_conn(struct pool *p) { atomic_fetch_sub(&p->conns, 1); }
+
+void pool_put_server(struct server *s)
+{
+	struct pool *p = s->up->pool;
+	int64_t now = ts_now_ns();
+	bool old = P.cfg.lifetime_ns && now - s->created_ns >= P.cfg.lifetime_ns;
+	s->idle_since_ns = now;
+	if (s->dirty || old || atomic_load(&p->conns) > atomic_load(&p->size) || buf_len(&s->in) ||
+	    buf_len(&s->out) || s->rl.left || s->rq_len || !ts_waitlist_put(s->up->conns, s))
+		server_destroy(s);
+}
+
+static void pool_trim(struct pool *p)
+{
+	while (atomic_load(&p->conns) > atomic_load(&p->size)) {
+		struct server *s = take_idle_other(p, NULL);
+		if (!s)
+			return; /* busy ones go when their transaction ends */
+		server_destroy(s);
+	}
+}
+
+static bool expired(void *item, void *arg)
+{
+	const struct server *s = item;
+	int64_t now = *(const int64_t *)arg;
+	return (P.cfg.idle_timeout_ns && now - s->idle_since_ns >= P.cfg.idle_timeout_ns) ||
+	       (P.cfg.lifetime_ns && now - s->created_ns >= P.cfg.lifetime_ns);
+}
+
+void pools_reap(void)
+{
+	enum { BATCH = 64 };
+	struct server *doomed[BATCH];
+	int n;
+	do {
+		n = 0;
+		int64_t now = ts_now_ns();
+		pthread_mutex_lock(&P.pools_mu);
+		for (int i = 0; i < MAX_POOLS && n < BATCH; i++) {
+			struct pool *p = P.pools[i];
+			if (!p)
+				continue;
+			pthread_mutex_lock(&p->mu);
+			for (struct upool *u = p->users; u && n < BATCH; u = u->next) {
+				void *item;
+				while (n < BATCH && ts_waitlist_try_take_oldest(u->conns, &item, expired, &now))
+					doomed[n++] = item;
+			}
+			pthread_mutex_unlock(&p->mu);
+		}
+		pthread_mutex_unlock(&P.pools_mu);
+		for (int i = 0; i < n; i++) /* unlocked: destroying drops counts */
+			server_destroy(doomed[i]);
+	} while (n == BATCH);
+}
+
+int pool_resize(const char *db, int64_t size)
+{
+	pthread_mutex_lock(&P.pools_mu);
+	struct pool *p = NULL;
+	for (int i = 0; i < MAX_POOLS && !p; i++)
+		if (P.pools[i] && !strcmp(P.pools[i]->db, db))
+			p = P.pools[i];
+	int err = p ? ts_set_resize(P.set, p->id, size) : ENOENT;
+	if (!err)
+		atomic_store(&p->size, size);
+	pthread_mutex_unlock(&P.pools_mu);
+	/* Idle connections above the new size go now (pools_reap trims on
+	 * every tick, from the loop); busy ones when their transaction ends. */
+	return err;
+}
+
+void pools_each(void (*fn)(struct pool *p, void *arg), void *arg)
+{
+	pthread_mutex_lock(&P.pools_mu);
+	for (int i = 0; i < MAX_POOLS; i++)
+		if (P.pools[i])
+			fn(P.pools[i], arg);
+	pthread_mutex_unlock(&P.pools_mu);
+}
+
+void pools_trim_all(void)
+{
+	struct pool *list[MAX_POOLS];
+	int n = 0;
+	pthread_mutex_lock(&P.pools_mu);
+	for (int i = 0; i < MAX_POOLS; i++)
+		if (P.pools[i] && atomic_load(&P.pools[i]->conns) > atomic_load(&P.pools[i]->size)) {
+			P.pools[i]->refs++; /* kept while trimmed unlocked */
+			list[n++] = P.pools[i];
+		}
+	pthread_mutex_unlock(&P.pools_mu);
+	for (int i = 0; i < n; i++) {
+		pool_trim(list[i]);
+		pthread_mutex_lock(&P.pools_mu);
+		pthread_mutex_lock(&list[i]->mu);
+		bool gone = --list[i]->refs == 0 && !atomic_load(&list[i]->logged_in);
+		pthread_mutex_unlock(&list[i]->mu);
+		if (gone)
+			P.pools[list[i]->id] = NULL;
+		pthread_mutex_unlock(&P.pools_mu);
+		if (gone) {
+			pthread_mutex_destroy(&list[i]->mu);
+			free(list[i]);
+		}
+	}
+}
+
+/* At exit, every client gone: close the idle connections. */
+void pools_free(void)
+{
+	for (int i = 0; i < MAX_POOLS; i++) {
+		struct pool *p = P.pools[i];
+		struct server *s;
+		if (!p)
+			continue;
+		while ((s = take_idle_other(p, NULL)))
+			server_destroy(s); /* the last of a user frees it */
+		if (!P.pools[i]) /* freed with its last user */
+			continue;
+		if (p->users) {
+			fprintf(stderr, "pgproxy: pool %s still has users at exit\n", p->db);
+			continue;
+		}
+		P.pools[i] = NULL;
+		pthread_mutex_destroy(&p->mu);
+		free(p);
+	}
+}
+
+void begin_shutdown(void)
+{
+	if (atomic_exchange(&P.shutting_down, true))
+		return;
+	fprintf(stderr, "pgproxy: shutting down: queued clients get an error, "
+			"transactions under way finish\n");
+	ts_set_close(P.set); /* queued turns end with ESHUTDOWN */
+	loop_wake_all();
+}
+
+/* ---------------------------------------------------------------- wait histograms */
+
+/* Log-linear buckets of microseconds: 16 per power of two, so a
+ * percentile is within about 3% of the true value. */
+static int hist_index(uint64_t us)
+{
+	if (us < 16)
+		return (int)us;
+	if (us >= (uint64_t)1 << 36)
+		us = ((uint64_t)1 << 36) - 1;
+	int e = 63 - __builtin_clzll(us);
+	return 16 + (e - 4) * 16 + (int)((us >> (e - 4)) & 15);
+}
+
+static double hist_value_us(int i)
+{
+	if (i < 16)
+		return i;
+	int e = (i - 16) / 16 + 4, sub = (i - 16) % 16;
+	double lo = (double)((uint64_t)(16 + sub) << (e - 4));
+	return lo + (double)((uint64_t)1 << (e - 4)) / 2;
+}
+
+void hist_add(struct band_stats *s, int64_t ns)
+{
+	atomic_fetch_add(&s->hist[hist_index(ns > 0 ? (uint64_t)ns / 1000 : 0)], 1);
+}
+
+double hist_pct(const struct band_stats *s, double p)
+{
+	uint64_t counts[HIST_BUCKETS], total = 0;
+	for (int i = 0; i < HIST_BUCKETS; i++)
+		total += counts[i] = atomic_load(&s->hist[i]);
+	if (!total)
+		return 0;
+	uint64_t rank = (uint64_t)(p * (double)total + 0.999999), seen = 0;
+	for (int i = 0; i < HIST_BUCKETS; i++)
+		if ((seen += counts[i]) >= rank)
+			return hist_value_us(i) / 1000;
+	return hist_value_us(HIST_BUCKETS - 1) / 1000;
+}
+
+void upool_hold(struct upool *u)
+{
+	pthread_mutex_lock(&u->pool->mu);
+	u->refs++;
+	pthread_mutex_unlock(&u->pool->mu);
+}

@@ -1,0 +1,475 @@
+/* SPDX-License-Identifier: MIT */
+/* pgproxy: server connections.
+ *
+ * A connection is made for a client holding a pass (C_CONNECTING), then
+ * moves between clients through its user's waitlist; epoll never points at
+ * one: its fd is watched through `sw`, a watch embedded in the client using
+ * it, and every event is only a hint (death is decided by read and write
+ * results).
+ *
+ * The relay from the server keeps a queue of what its responses answer,
+ * one entry per request sent, in order (`rq`).  That is what lets the
+ * proxy send requests of its own (SETs of a client's parameters, a Parse
+ * of a statement the connection lacks, an eviction's Close) and swallow
+ * their answers, answer a request itself in its place in the stream (a
+ * ParseComplete for a statement already prepared), and end the client's
+ * transaction exactly when the server has answered everything.  An error
+ * ends the request it answers, and the server skips every request up to
+ * the next Sync: those entries go with it, and what they did to the
+ * client's names is undone, as PostgreSQL would not have done it. */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "pgproxy.h"
+
+#define PROTO_30 196608
+
+struct server *server_new(struct upool *u)
+{
+	struct server *s = calloc(1, sizeof(*s));
+	if (!s)
+		return NULL;
+	if (P.cfg.max_prepared && !(s->stmts = srv_stmts_new(P.cfg.max_prepared))) {
+		free(s);
+		return NULL;
+	}
+	upool_hold(u);
+	s->up = u;
+	s->fd = -1;
+	s->created_ns = ts_now_ns();
+	return s;
+}
+
+static void rq_drop(struct rq *e)
+{
+	stmt_put(e->stmt);
+	free(e->name);
+	free(e->why);
+	*e = (struct rq){ 0 };
+}
+
+/* Close a server connection, give its creation slot and its place under
+ * the ceiling back (every connection was made through both). */
+void server_destroy(struct server *s)
+{
+	if (s->fd >= 0) {
+		if (s->state == S_READY) /* tell the server: no "unexpected EOF" in its log */
+			(void)send(s->fd, "X\0\0\0\4", 5, MSG_NOSIGNAL | MSG_DONTWAIT);
+		close(s->fd);
+	}
+	struct upool *u = s->up;
+	for (unsigned i = 0; i < s->rq_len; i++)
+		rq_drop(&s->rq[(s->rq_head + i) % s->rq_cap]);
+	free(s->rq);
+	buf_free(&s->in);
+	buf_free(&s->out);
+	buf_free(&s->params);
+	srv_stmts_free(s->stmts);
+	free(s);
+	pool_release_conn(u->pool);
+	ts_waitlist_discard(u->conns);
+	upool_put(u);
+}
+
+void server_drop_idle(void *item) { server_destroy(item); }
+
+/* An idle connection taken from the pool is usable when it is not past
+ * its lifetime and the server has not closed it (or said anything) since. */
+bool server_usable(struct server *s)
+{
+	char byte;
+	if (P.cfg.lifetime_ns && ts_now_ns() - s->created_ns >= P.cfg.lifetime_ns)
+		return false;
+	ssize_t n = recv(s->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+	return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+bool server_idle(const struct server *s)
+{
+	return !s->rq_len && !buf_len(&s->in) && !buf_len(&s->out) && !s->rl.left;
+}
+
+/* ---------------------------------------------------------------- the request queue */
+
+bool rq_full(const struct server *s) { return s->rq_len >= RQ_MAX; }
+
+struct rq *rq_push(struct server *s, enum rq_kind kind, uint8_t flags)
+{
+	if (s->rq_len == s->rq_cap) {
+		unsigned cap = s->rq_cap ? s->rq_cap * 2 : 16;
+		struct rq *n = malloc(sizeof(*n) * cap);
+		if (!n)
+			return NULL;
+		for (unsigned i = 0; i < s->rq_len; i++)
+			n[i] = s->rq[(s->rq_head + i) % s->rq_cap];
+		free(s->rq);
+		s->rq = n;
+		s->rq_cap = cap;
+		s->rq_head = 0;
+	}
+	struct rq *e = &s->rq[(s->rq_head + s->rq_len++) % s->rq_cap];
+	*e = (struct rq){ .kind = (uint8_t)kind, .flags = flags };
+	return e;
+}
+
+static struct rq *rq_front(struct server *s) { return s->rq_len ? &s->rq[s->rq_head] : NULL; }
+
+/* The front request is answered (failed: by an error, or skipped after
+ * one): undo what a failed one did to the client's and server's names. */
+static void rq_pop(struct client *c, bool failed)
+{
+	struct server *s = c->srv;
+	struct rq *e = rq_front(s);
+	if (failed && (e->flags & RQ_NAMES) && c->stmts && e->name && stmt_map_find(c->stmts, e->name) == e->stmt)
+		stmt_map_remove(c->stmts, e->name);
+	if (failed && (e->flags & RQ_PREPARES) && s->stmts)
+		srv_stmts_forget(s->stmts, stmt_id(e->stmt));
+	rq_drop(e);
+	s->rq_head = (s->rq_head + 1) % s->rq_cap;
+	s->rq_len--;
+}
+
+static bool ends_with_z(const struct rq *e)
+{
+	return e->kind == RQ_SYNC || e->kind == RQ_QUERY || e->kind == RQ_FUNC;
+}
+
+/* Answers the proxy gives itself, once everything before them is
+ * answered: skipped (and undone) after an error, as the server would. */
+static void rq_settle(struct client *c)
+{
+	struct server *s = c->srv;
+	struct rq *e;
+	while ((e = rq_front(s)) && (e->flags & RQ_SYNTH)) {
+		if (s->skipping && !ends_with_z(e)) {
+			rq_pop(c, true);
+			continue;
+		}
+		switch (e->synth) {
+		case '3': /* CloseComplete of a client's statement */
+			if (c->stmts && e->name)
+				stmt_map_remove(c->stmts, e->name);
+			send_simple(&c->out, '3');
+			break;
+		case 'C': /* DEALLOCATE, answered as a simple query */
+			if (c->stmts) {
+				if (e->flags & RQ_DEALLOC_ALL)
+					stmt_map_clear(c->stmts);
+				else if (e->name)
+					stmt_map_remove(c->stmts, e->name);
+			}
+			send_complete(&c->out, e->flags & RQ_DEALLOC_ALL ? "DEALLOCATE ALL" : "DEALLOCATE");
+			send_ready(&c->out, c->status ? c->status : 'I');
+			break;
+		default: /* '1': ParseComplete of a statement this server has */
+			send_simple(&c->out, e->synth);
+			break;
+		}
+		rq_pop(c, false);
+	}
+}
+
+/* ---------------------------------------------------------------- the relay */
+
+/* A ParameterStatus: the server's spelling of a tracked parameter now. */
+static void param_status(struct client *c, const struct msg *m)
+{
+	const char *name = m->p + 5, *end = m->p + m->total;
+	size_t nlen = strnlen(name, (size_t)(end - name));
+	if (name + nlen + 1 >= end)
+		return;
+	const char *val = name + nlen + 1;
+	int p = param_lookup(name);
+	if (p < 0)
+		return;
+	size_t vlen = strnlen(val, (size_t)(end - val));
+	param_store(&c->srv->have, p, val, vlen);
+	param_store(&c->want, p, val, vlen);
+}
+
+/* The refusal that replaces a marker's error. */
+static void send_refusal(struct client *c, const char *why)
+{
+	send_error(&c->out, "ERROR", why, "%s", why + strlen(why) + 1);
+}
+
+/* One server message at the front of s->in, header whole: decide what it
+ * answers and whether it is relayed.  false: more of it must be read. */
+static bool server_message(struct client *c, const struct msg *m)
+{
+	struct server *s = c->srv;
+	struct rq *e = rq_front(s);
+	bool swallow = e && (e->flags & RQ_SWALLOW);
+	bool pop = false, failed = false;
+	switch (m->type) {
+	case 'Z':
+		if (m->len != 5) {
+			client_server_lost(c, "08P01", "pgproxy: invalid ReadyForQuery from the server");
+			return true;
+		}
+		if (m->have < m->total)
+			return false;
+		while (e && !ends_with_z(e)) { /* skipped after an error */
+			rq_pop(c, true);
+			e = rq_front(s);
+		}
+		if (!e) {
+			client_server_lost(c, "08P01", "pgproxy: unexpected ReadyForQuery from the server");
+			return true;
+		}
+		swallow = e->flags & RQ_SWALLOW;
+		if (!swallow)
+			c->status = m->p[5];
+		s->skipping = false;
+		pop = true;
+		break;
+	case 'S':
+		if (m->total <= PEEK_MAX) {
+			if (m->have < m->total)
+				return false;
+			param_status(c, m);
+		}
+		break;
+	case 'E':
+		if (!e) { /* e.g. FATAL from pg_terminate_backend: relay, then it closes */
+			s->dirty = true;
+			break;
+		}
+		if (e->flags & RQ_PARAMS) {
+			size_t need = m->total < PEEK_MAX ? m->total : PEEK_MAX;
+			if (m->have < need)
+				return false;
+			parse_error(m->p + 5, need - 5, &c->param_err);
+			c->param_failed = true;
+		}
+		if (e->flags & RQ_MARKER) {
+			send_refusal(c, e->why);
+			swallow = true;
+		} else if (!(e->flags & RQ_PARAMS)) {
+			swallow = false; /* a Parse the proxy sent for a Bind: the client's error */
+		}
+		if (!ends_with_z(e)) { /* ends an extended request: skip to Sync */
+			pop = failed = true;
+			s->skipping = true;
+		}
+		break;
+	case '1': case '2': case '3':
+		pop = e && !ends_with_z(e);
+		break;
+	case 'T': case 'n':
+		pop = e && e->kind == RQ_DESCRIBE;
+		break;
+	case 'C': case 'I': case 's':
+		pop = e && e->kind == RQ_EXECUTE;
+		break;
+	case 'N': case 'A': /* asynchronous */
+		break;
+	default:
+		if (!e)
+			s->dirty = true; /* unexpected: do not reuse the connection */
+		break;
+	}
+	s->rl = (struct relay){ .left = m->total, .drop = swallow };
+	relay_step(&s->rl, &s->in, &c->out, OUT_BOUND);
+	if (pop)
+		rq_pop(c, failed);
+	return true;
+}
+
+void server_input(struct client *c)
+{
+	struct server *s = c->srv;
+	while (c->state == C_LINKED && c->srv == s && !c->w.dead) {
+		if (s->rl.left) {
+			relay_step(&s->rl, &s->in, &c->out, OUT_BOUND);
+			if (s->rl.left || c->out.oom)
+				return;
+			continue;
+		}
+		rq_settle(c);
+		if (buf_len(&c->out) >= OUT_BOUND)
+			return;
+		struct msg m;
+		int f = frame_peek(&s->in, &m);
+		if (f == FRAME_MORE)
+			break;
+		if (f == FRAME_BAD) {
+			client_server_lost(c, "08P01", "pgproxy: invalid message length from the server");
+			return;
+		}
+		if (!server_message(c, &m))
+			break;
+	}
+	if (c->state == C_LINKED && c->srv == s && !c->w.dead) {
+		rq_settle(c);
+		/* The transaction is over when the server is idle and has answered
+		 * everything, and no message of the client's is half forwarded. */
+		if (c->status == 'I' && !c->ext_open && !c->skipping && !c->rl.left && !c->in_need &&
+		    server_idle(s))
+			client_release(c);
+	}
+}
+
+/* ---------------------------------------------------------------- making one */
+
+void server_start(struct client *c, struct server *s)
+{
+	c->srv = s;
+	s->state = S_CONNECTING;
+	s->deadline_ns = P.cfg.connect_timeout_ns ? ts_now_ns() + P.cfg.connect_timeout_ns : 0;
+	s->fd = socket(P.server_addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	c->sw.fd = s->fd;
+	if (s->fd < 0) {
+		client_server_failed_msg(c, "08001", "pgproxy: socket: %s", strerror(errno));
+		return;
+	}
+	if (P.server_addr.ss_family != AF_UNIX) {
+		int one = 1;
+		setsockopt(s->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	}
+	if (connect(s->fd, (struct sockaddr *)&P.server_addr, P.server_addrlen) != 0 &&
+	    errno != EINPROGRESS) {
+		client_server_failed_msg(c, "08001", "pgproxy: cannot connect to the server at %s: %s",
+					 P.cfg.server_host, strerror(errno));
+		return;
+	}
+	/* Only user and database: what the server then reports is this
+	 * user's defaults, and every client's own values are SET on top. */
+	struct pkt k;
+	pkt_begin(&k, 0);
+	pkt_i32(&k, PROTO_30);
+	pkt_str(&k, "user");
+	pkt_str(&k, s->up->user);
+	pkt_str(&k, "database");
+	pkt_str(&k, s->up->pool->db);
+	pkt_u8(&k, 0);
+	pkt_end(&k, &s->out);
+	/* events come once the connect completes */
+}
+
+/* Startup: authentication, parameters, BackendKeyData, ReadyForQuery.
+ * Each message is read whole, at most PEEK_MAX (an ErrorResponse: its
+ * first PEEK_MAX bytes); a larger one ends the attempt. */
+static void startup_message(struct client *c, const struct msg *m, bool *done)
+{
+	struct server *s = c->srv;
+	const char *body = m->p + 5;
+	size_t blen = m->total - 5;
+	switch (m->type) {
+	case 'R': {
+		uint32_t method = blen >= 4 ? get32(body) : 99;
+		if (method == 3 && P.cfg.server_password[0]) {
+			struct pkt k;
+			pkt_begin(&k, 'p');
+			pkt_str(&k, P.cfg.server_password);
+			pkt_end(&k, &s->out);
+		} else if (method == 3) {
+			client_server_failed_msg(c, "28000", "pgproxy: the server asks for a password; give one with password= in --server");
+			*done = true;
+		} else if (method != 0) {
+			client_server_failed_msg(c, "28000",
+						 "pgproxy: the server asks for authentication method %u, which pgproxy does not "
+						 "implement (it speaks trust, or password with password= in --server)",
+						 method);
+			*done = true;
+		}
+		break;
+	}
+	case 'S': {
+		struct msg sm = *m;
+		const char *name = body, *end = m->p + m->total;
+		size_t nlen = strnlen(name, blen);
+		if (name + nlen + 1 < end) {
+			int p = param_lookup(name);
+			if (p >= 0)
+				param_store(&s->have, p, name + nlen + 1,
+					    strnlen(name + nlen + 1, (size_t)(end - name - nlen - 1)));
+		}
+		buf_put(&s->params, sm.p, sm.total);
+		break;
+	}
+	case 'K':
+		if (blen >= 8) {
+			s->pid = (int32_t)get32(body);
+			s->key = (int32_t)get32(body + 4);
+		}
+		break;
+	case 'E': {
+		struct pg_error e;
+		parse_error(body, blen, &e);
+		client_server_failed(c, &e);
+		*done = true;
+		break;
+	}
+	case 'Z':
+		s->state = S_READY;
+		*done = true;
+		break;
+	default: /* 'N' notices, 'v' protocol negotiation: nothing to do */
+		break;
+	}
+}
+
+void server_startup_io(struct client *c)
+{
+	struct server *s = c->srv;
+	if (s->state == S_CONNECTING) {
+		int err = 0;
+		socklen_t len = sizeof(err);
+		if (getsockopt(s->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+			err = errno;
+		if (err == EINPROGRESS || err == EALREADY)
+			return;
+		if (err) {
+			client_server_failed_msg(c, "08001", "pgproxy: cannot connect to the server at %s: %s",
+						 P.cfg.server_host, strerror(err));
+			return;
+		}
+		s->state = S_STARTUP;
+	}
+	bool broken = sock_write(s->fd, &s->out) < 0 || sock_read(s->fd, &s->in, IN_BOUND) < 0;
+	bool done = false;
+	while (!done) {
+		struct msg m;
+		int f = frame_peek(&s->in, &m);
+		if (f == FRAME_MORE)
+			break;
+		size_t need = m.type == 'E' && m.total > PEEK_MAX ? PEEK_MAX : m.total;
+		if (f == FRAME_BAD || need > PEEK_MAX) {
+			client_server_failed_msg(c, "08P01", "pgproxy: invalid or oversized message from the server during startup");
+			return;
+		}
+		if (m.have < need)
+			break;
+		startup_message(c, &m, &done);
+		if (c->srv != s) /* failed: the connection is gone */
+			return;
+		buf_consume(&s->in, m.total);
+	}
+	if (s->params.oom || s->in.oom || s->out.oom) {
+		client_server_failed_msg(c, "53200", "pgproxy: out of memory");
+	} else if (s->state == S_READY && buf_len(&s->in)) {
+		client_server_failed_msg(c, "08P01", "pgproxy: unexpected data from the server after its startup");
+	} else if (s->state == S_READY) {
+		/* a user's first connection tells its defaults */
+		struct upool *u = s->up;
+		pthread_mutex_lock(&u->pool->mu);
+		if (!u->have_defaults) {
+			u->defaults = s->params; /* moved */
+			s->params = (struct buf){ 0 };
+			u->dparams = s->have;
+			u->have_defaults = true;
+		}
+		pthread_mutex_unlock(&u->pool->mu);
+		buf_free(&s->params);
+		client_server_ready(c);
+	} else if (broken) {
+		client_server_failed_msg(c, "08006", "pgproxy: the server closed the connection during startup");
+	}
+}
