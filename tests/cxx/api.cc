@@ -134,6 +134,11 @@ int main()
 	CHECK(ts_waitlist_take(w, &item, load_one, &token, 0, nullptr) == 0 && item == &token);
 	CHECK(ts_waitlist_put(w, item));
 	CHECK(ts_waitlist_try_take(w, &item) && item == &token);
+	CHECK(ts_waitlist_put(w, item));
+	// A reaper's pick: a captureless lambda is a ts_pick_fn.
+	ts_pick_fn is_arg = [](void *it, void *arg) { return it == arg; };
+	CHECK(!ts_waitlist_try_take_oldest(w, &item, is_arg, nullptr));
+	CHECK(ts_waitlist_try_take_oldest(w, &item, is_arg, &token) && item == &token);
 	ts_waitlist_discard(w);
 	size_t created = 9, ready = 9, queued = 9;
 	ts_waitlist_stats(w, &created, &ready, &queued);
