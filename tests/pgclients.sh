@@ -134,6 +134,9 @@ relay_pid=
 stop_relay() { [ -z "$relay_pid" ] || kill -TERM "$relay_pid" 2>/dev/null || true; }
 stop_bouncer() { [ ! -f "$data/bouncer.pid" ] || kill -TERM "$(cat "$data/bouncer.pid")" 2>/dev/null || true; }
 cleanup_hooks="stop_relay stop_bouncer"
+trap 'exit 143' TERM # (pglib.sh's cleanup is an EXIT trap)
+trap 'exit 130' INT
+trap 'exit 129' HUP
 case " $available " in *" jdbc "*)
 	"$py" -B "$src/relay.py" "$data/relay.port" "$data/.s.PGSQL.5432" 2>"$data/relay.log" &
 	relay_pid=$!
@@ -195,8 +198,11 @@ run() {
 	[ "$st" -eq 0 ] || echo "exit status $st$( [ "$st" -ne 124 ] || echo " (timed out after $prog_timeout s)")" >>"$out.err"
 	mkdir -p "$out"
 	awk -v dir="$out" '/^== /{ if (f) close(f); f = dir "/" $2 } f { print > f }' "$out.txt"
-	direct -qc "drop schema $schema cascade" "$db" 2>/dev/null ||
-		echo "$name: note: could not drop $schema" # a wedged proxy may still hold a lock
+}
+# drop_schema STACK TARGET: after the proxy is stopped (a wedged one may hold a lock on it)
+drop_schema() {
+	PGOPTIONS='-c lock_timeout=10s' direct -qc "drop schema pgc_$1_$2 cascade" "$db" 2>/dev/null ||
+		echo "$name: note: could not drop pgc_$1_$2"
 }
 
 failed=0 n_ok=0 n_fail=0 n_bounce=0 n_cases=0
@@ -207,10 +213,12 @@ for s in $available; do
 	jdbc) run "$s" direct 127.0.0.1 "$relay_port" ;;
 	*) run "$s" direct "$data" 5432 ;;
 	esac
-	start_proxy $flags
+	drop_schema "$s" direct
+	start_proxy $flags # a new one for each stack: a wedge costs that stack only
 	run "$s" proxy 127.0.0.1 "$port"
 	proxy_stop "$s"
-	[ -z "$bouncer" ] || run "$s" bouncer 127.0.0.1 "$bport"
+	drop_schema "$s" proxy
+	[ -z "$bouncer" ] || { run "$s" bouncer 127.0.0.1 "$bport"; drop_schema "$s" bouncer; }
 	cases=$(sed -n 's/^== //p' "$data/out/$s.direct.txt")
 	[ -n "$cases" ] || {
 		echo "$name: FAIL: $s: the direct run printed no case"

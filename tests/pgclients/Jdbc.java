@@ -201,6 +201,28 @@ public class Jdbc {
 		}
 	}
 
+	static void batchUnnamed(List<String> out) throws Exception {
+		try (Connection c = connect(); Statement st = c.createStatement()) {
+			st.execute("create table " + S + ".j_batchu (i int, t text)");
+			for (int n : new int[] {200, 2000}) {
+				c.setAutoCommit(false);
+				try (PreparedStatement ps = c.prepareStatement("insert into " + S + ".j_batchu values (?, ?)")) {
+					ps.unwrap(org.postgresql.PGStatement.class).setPrepareThreshold(0); // never a named statement
+					for (int i = 0; i < n; i++) {
+						ps.setInt(1, i);
+						ps.setString(2, "u" + i);
+						ps.addBatch();
+					}
+					int[] r = ps.executeBatch(); // one Parse/Bind/Execute per row, one Sync
+					out.add("unnamed executeBatch " + n + ": " + r.length + " counts, sum " + Arrays.stream(r).sum());
+				}
+				c.commit();
+				c.setAutoCommit(true);
+			}
+			out.add(rows(st.executeQuery("select count(*), sum(i) from " + S + ".j_batchu")));
+		}
+	}
+
 	static void cursor(List<String> out) throws Exception {
 		try (Connection c = connect()) {
 			c.setAutoCommit(false); // a fetch size needs a transaction: a named portal
@@ -299,6 +321,7 @@ public class Jdbc {
 		cases.put("transactions", Jdbc::transactions);
 		cases.put("prepared", Jdbc::prepared);
 		cases.put("batch", Jdbc::batch);
+		cases.put("batch_unnamed", Jdbc::batchUnnamed);
 		cases.put("cursor", Jdbc::cursor);
 		cases.put("copy", Jdbc::copy);
 		cases.put("loop", Jdbc::loop);

@@ -171,6 +171,15 @@ def c_loop(out):
         out(f"300 statements, sum {total}")
 
 
+def c_latin1_connect(out):
+    with connect(client_encoding="LATIN1") as conn:
+        out(f"client_encoding: {conn.execute('show client_encoding').fetchone()[0]}, python side: {conn.info.encoding}")
+        r = conn.execute("select %s, %s, length(%s), octet_length(convert_to(%s, 'UTF8'))",
+                         ("café", "é", "café", "é")).fetchall()
+        out(f"{r}")
+        out(f"{conn.execute('select chr(233), %s::text = %s', ('café', 'caf' + chr(233))).fetchall()}")
+
+
 def c_concurrent(out):
     with connect() as setup:
         setup.execute(f"create table {S}.p3_conc (w int, i int, v int)")
@@ -197,5 +206,5 @@ casekit.run_cases([
     ("simple", c_simple), ("params", c_params), ("types", c_types),
     ("transactions", c_transactions), ("prepared", c_prepared),
     ("pipeline", c_pipeline), ("executemany", c_executemany), ("copy", c_copy),
-    ("loop", c_loop), ("concurrent", c_concurrent),
+    ("loop", c_loop), ("latin1_connect", c_latin1_connect), ("concurrent", c_concurrent),
 ], sys.argv[6:])
