@@ -1005,6 +1005,55 @@ static void admin_message(struct client *c, const struct msg *m)
 	drop(c, m);
 }
 
+/* Between transactions a client's own Parse and Close of a named
+ * statement need no server: its names are the proxy's to keep, and the
+ * statement is prepared on a connection when a transaction first uses it.
+ * (A client that prepares synchronously before each statement, as pgbench
+ * -M prepared does, would otherwise need a turn to do so while its other
+ * connections hold theirs.)  An error in the statement then comes at its
+ * first Bind or Describe.  Returns false when the message needs a server. */
+static bool idle_stmt_msg(struct client *c, const struct msg *m)
+{
+	size_t need = m->total < 5 + PEEK_MAX ? m->total : 5 + PEEK_MAX;
+	if (m->type == 'C')
+		need = m->total;
+	if (!P.cfg.max_prepared || m->total > WHOLE_MAX || !have(c, m, need))
+		return !P.cfg.max_prepared || m->total > WHOLE_MAX ? false : true;
+	const char *p = m->p + 5, *end = m->p + need;
+	if (m->type == 'C') {
+		long nlen = m->total >= 7 && *p == 'S' ? cstr(p + 1, end) : -1;
+		if (nlen <= 0)
+			return false;
+		stmt_map_remove(c->stmts, p + 1);
+		send_simple(&c->out, '3');
+		drop(c, m);
+		return true;
+	}
+	long nlen = cstr(p, end);
+	if (nlen <= 0)
+		return false; /* unnamed (or malformed: the linked path says so) */
+	if (!have(c, m, m->total))
+		return true;
+	const char *body = p + nlen + 1;
+	struct stmt *st = stmt_get(body, (size_t)(m->p + m->total - body));
+	int err = !st ? ENOMEM : stmt_map_find(c->stmts, p) ? EEXIST : stmt_map_add(c->stmts, p, st);
+	stmt_put(st);
+	if (err == ENOMEM) {
+		c->out.oom = true;
+		return true;
+	}
+	if (err == EEXIST)
+		send_error(&c->out, "ERROR", "42P05", "prepared statement \"%s\" already exists", p);
+	else if (err)
+		send_error(&c->out, "ERROR", "54000", "pgproxy: too many prepared statements in one session");
+	else
+		send_simple(&c->out, '1');
+	drop(c, m);
+	if (err)
+		c->skipping = true;
+	return true;
+}
+
 /* Client to server (or to the proxy itself).  Returns when blocked: more
  * input needed, output over its bound, or nothing moved. */
 static void client_input(struct client *c)
@@ -1055,7 +1104,7 @@ static void client_input(struct client *c)
 				send_ready(&c->out, 'I');
 			if (m.type == 'S' || m.type == 'H')
 				drop(c, &m);
-			else
+			else if ((m.type != 'P' && m.type != 'C') || !idle_stmt_msg(c, &m))
 				start_acquire(c); /* the first message of a transaction */
 		} else {
 			linked_message(c, &m);
