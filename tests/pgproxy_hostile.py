@@ -261,12 +261,45 @@ def alive(pid):
     return st is not None and st not in "ZX"
 
 
+def dies_within(pid, seconds):
+    """True if the process is gone (or a zombie) within SECONDS: polled."""
+    deadline = time.monotonic() + seconds
+    while alive(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def rss_kib(pid):
     with open("/proc/%d/status" % pid) as f:
         for line in f:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     return 0
+
+
+def server_sockets(pid):
+    """The proxy's connected Unix sockets without a name: its connections
+    to the server (which the runner puts on a Unix socket; clients of case
+    10 come by TCP, and accepted Unix clients carry the listener's name)."""
+    inodes = set()
+    fds = "/proc/%d/fd" % pid
+    for fd in os.listdir(fds):
+        try:
+            link = os.readlink(os.path.join(fds, fd))
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    n = 0
+    with open("/proc/net/unix") as f:
+        next(f)
+        for line in f:
+            parts = line.split()  # Num RefCount Protocol Flags Type St Inode [Path]
+            if len(parts) == 7 and parts[6] in inodes and parts[5] in ("02", "03"):
+                n += 1
+    return n
 
 
 def idle_cpu(pid, seconds=2.0):
@@ -365,7 +398,7 @@ def huge_length(ctx, what):
     try:
         rows = other.query("select 42")
     except Failure as e:
-        if not alive(ctx.pid):
+        if dies_within(ctx.pid, 2):  # the other client's EOF may come first
             raise Failure("the proxy died on a 5-byte %r of length 0x3fffffff" % what)
         raise Failure("another client is affected: %s" % e)
     if rows != [[b"42"]]:
@@ -404,7 +437,7 @@ def case_1c(ctx):
     try:
         rows = other.query("select 42")
     except Failure as e:
-        if not alive(ctx.pid):
+        if dies_within(ctx.pid, 2):  # the other client's EOF may come first
             raise Failure("the proxy died on a Sync of length 0x3fffffff after a refused named Parse")
         raise Failure("another client is affected: %s" % e)
     if rows != [[b"42"]]:
@@ -835,9 +868,25 @@ def flood(ctx, conns, unit, per_client, what):
             if sent[c] >= len(payload):
                 sel.unregister(c.s)
                 del sent[c]
-    for _ in range(10):  # the proxy may still be composing what it read
+    # The kernel's socket buffers hold much of what was sent: the proxy
+    # may go on reading and composing after the sending stopped.  Sampled
+    # until it is idle (under 0.05 CPU-s in 0.5 s), 30 s at most.
+    settle = time.monotonic() + 30
+    window = []
+    while not aborted and time.monotonic() < settle:
         peak = max(peak, rss_kib(ctx.pid))
-        time.sleep(0.05)
+        if peak - base > bound_kib:
+            aborted = "stopped early"
+            break
+        if not alive(ctx.pid):
+            raise Failure("the proxy died under the flood")
+        window.append((time.monotonic(), cpu_seconds(ctx.pid)))
+        while window[-1][0] - window[0][0] > 0.5:
+            window.pop(0)
+            if window[-1][0] - window[0][0] <= 0.55 and window[-1][1] - window[0][1] < 0.05:
+                settle = 0
+                break
+        time.sleep(0.02)  # the sampling period
     total_sent = sum(sent.values()) + (len(conns) - len(sent)) * len(payload)
     for c in conns:
         c.close()
@@ -914,8 +963,14 @@ def case_7(ctx):
         quiet_close(c)
     except Failure as e:
         problems.append("the real database extra: %s" % e)
-    pools = [r[0].decode() for r in ctx.admin_ok()]
-    made_up = [p for p in pools if p.startswith("hostile_nodb_")]
+    # the proxy may see the refused clients' EOF a little after they left: polled
+    deadline = time.monotonic() + 3
+    while True:
+        pools = [r[0].decode() for r in ctx.admin_ok()]
+        made_up = [p for p in pools if p.startswith("hostile_nodb_")]
+        if not made_up or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
     if made_up:
         problems.append("SHOW POOLS lists %d made-up databases" % len(made_up))
     if problems:
@@ -1088,18 +1143,28 @@ def case_9d(ctx):
 def case_10(ctx):
     users = ["hostile_u%02d" % i for i in range(1, 21)]
     stop = threading.Event()
-    maxconns = [0]
+    most = {"pg_stat_activity": 0, "proxy": 0}
+    nsamples = [0]
     sampler_err = []
 
-    def sampler():
+    def sampler():  # pg_stat_activity from a direct session
         try:
             d = ctx.direct()
             while not stop.is_set():
                 rows = d.query("select count(*) from pg_stat_activity where backend_type = "
                                "'client backend' and application_name <> 'direct'")
-                maxconns[0] = max(maxconns[0], int(rows[0][0]))
+                most["pg_stat_activity"] = max(most["pg_stat_activity"], int(rows[0][0]))
                 time.sleep(0.002)  # the sampling period
             quiet_close(d)
+        except Exception as e:
+            sampler_err.append(e)
+
+    def fd_sampler():  # the proxy's own sockets to the server
+        try:
+            while not stop.is_set():
+                most["proxy"] = max(most["proxy"], server_sockets(ctx.pid))
+                nsamples[0] += 1
+                time.sleep(0.001)  # the sampling period
         except Exception as e:
             sampler_err.append(e)
 
@@ -1122,8 +1187,9 @@ def case_10(ctx):
             with lock:
                 errs.append("%s: %s" % (u, e))
 
-    st = threading.Thread(target=sampler, daemon=True)
-    st.start()
+    sts = [threading.Thread(target=f, daemon=True) for f in (sampler, fd_sampler)]
+    for t in sts:
+        t.start()
     ths = [threading.Thread(target=client, args=(u,), daemon=True) for u in users]
     for t in ths:
         t.start()
@@ -1131,7 +1197,8 @@ def case_10(ctx):
     for t in ths:
         t.join(max(0, end - time.monotonic()))
     stop.set()
-    st.join(5)
+    for t in sts:
+        t.join(5)
     problems = []
     if any(t.is_alive() for t in ths):
         problems.append("clients still running after 60 s")
@@ -1141,12 +1208,20 @@ def case_10(ctx):
         problems.append("%d transactions ran as another user, first %r" % (len(wrong), wrong[0]))
     if sampler_err:
         problems.append("the sampler failed: %s" % sampler_err[0])
-    if maxconns[0] > 4:
-        problems.append("%d server connections at once, pool size 4" % maxconns[0])
+    # A backend the proxy has closed stays in pg_stat_activity until it has
+    # exited, which can overlap its replacement (one connection at a time,
+    # directly, shows 2 at once there): the bound is checked on the proxy's
+    # own sockets to the server, and pg_stat_activity's maximum reported.
+    if most["proxy"] > 4:
+        problems.append("the proxy had %d server connections at once, pool size 4" % most["proxy"])
+    if not nsamples[0]:
+        problems.append("no sample of the proxy's sockets")
+    seen = ("at most %d server connections at once (the proxy's sockets, %d samples; "
+            "pg_stat_activity, closing backends included: %d); %d server connections made "
+            "(backend pids seen)" % (most["proxy"], nsamples[0], most["pg_stat_activity"], len(pids)))
     if problems:
-        raise Failure("; ".join(problems) + " (%d server connections made)" % len(pids))
-    return ("300 transactions, each as its own user; at most %d server connections at once; "
-            "%d server connections made (backend pids seen)" % (maxconns[0], len(pids)))
+        raise Failure("; ".join(problems) + "; " + seen)
+    return "300 transactions, each as its own user; " + seen
 
 
 # ---- 11: application_name; Terminate before the startup packet

@@ -65,6 +65,7 @@ proxy_up() {
 	while :; do
 		starts=$((starts + 1))
 		hlog=$data/proxy.$grp.$starts.log
+		: >"$hlog"
 		(
 			[ -z "$grp_nofile" ] || ulimit -n "$grp_nofile"
 			[ -z "$grp_env" ] || export $grp_env
