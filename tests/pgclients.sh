@@ -15,7 +15,8 @@
 #                          default_pool_size=2): reported, never a failure
 #   PGCLIENTS_STACKS       which stacks (default: jdbc asyncpg psycopg psycopg2 node)
 #   PGCLIENTS_TIMEOUT      seconds for one program run (120); PGCLIENTS_CASE_TIMEOUT
-#                          seconds for one case inside it (20)
+#                          seconds for one case inside it (10; after 2 cases time
+#                          out, a program runs no more: a wedged proxy costs ~30 s a stack)
 #   PGCLIENTS_NODE_DIR     where node-postgres is (or gets npm-installed);
 #                          default ${XDG_CACHE_HOME:-~/.cache}/libturnstile/pgclients-node
 #
@@ -30,7 +31,7 @@ py=/usr/bin/python3 # Debian's, with python3-asyncpg, -psycopg, -psycopg2
 flags=${PGPROXY_CLIENT_FLAGS---pool-size 2 --max-prepared 100 --threads 2}
 stacks=${PGCLIENTS_STACKS-jdbc asyncpg psycopg psycopg2 node}
 prog_timeout=${PGCLIENTS_TIMEOUT:-120}
-PGCLIENTS_CASE_TIMEOUT=${PGCLIENTS_CASE_TIMEOUT:-20}
+PGCLIENTS_CASE_TIMEOUT=${PGCLIENTS_CASE_TIMEOUT:-10}
 jar=${PGCLIENTS_JDBC_JAR:-/usr/share/java/postgresql.jar}
 node_pg_version=8.23.1
 node_dir=${PGCLIENTS_NODE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/libturnstile/pgclients-node}
@@ -40,7 +41,7 @@ t_start=$(now_ms)
 mkdir -p "$data/out"
 
 # ---- which toolchains are here
-skipped= available=
+skipped='' available=''
 skip() { skipped="$skipped $1"; echo "$name: SKIP: $1: $2"; }
 for s in $stacks; do
 	case $s in
@@ -90,7 +91,7 @@ rejected_flag() {
 }
 # without FLAGS OPTION: FLAGS less OPTION and its argument
 without() {
-	out= drop=0
+	out='' drop=0
 	for w in $1; do
 		if [ "$drop" = 1 ]; then
 			drop=0
@@ -229,7 +230,7 @@ for s in $available; do
 	for c in $cases; do
 		n_cases=$((n_cases + 1))
 		d=$data/out/$s.direct/$c v=$data/out/$s.proxy/$c b=$data/out/$s.bouncer/$c
-		if grep -qE '^(timeout|exception:|.*: exception:)' "$d"; then
+		if grep -qE '^(timeout|not run:|exception:|.*: exception:)' "$d"; then
 			echo "$name: FAIL: $s $c: the direct run itself failed"
 			sed 's/^/  direct: /' "$d" | head -n 10
 			tail -n 5 "$data/out/$s.direct.err" | sed 's/^/  stderr: /'
