@@ -236,3 +236,50 @@ stop_proxy shutdown
 [ "$(direct -Atc 'select count(*) from shutdown_check where v = 1' postgres)" = 1 ] ||
 	fail "SHUTDOWN: the committed row is missing"
 ok "SHUTDOWN: the queued client gets \"$(grep -o 'pgproxy is shutting down' "$data/queued.out" | head -1)\", the open transaction commits, the proxy exits 0"
+
+# ---- proxy C: server connection lifecycle
+start_proxy --pool-size 2 --server-idle-timeout 1s --server-lifetime 2s
+[ "$(via -Atc 'select 1' postgres)" = 1 ] || fail "a query through proxy C"
+within 10 server_conns_is '' -eq 0 || fail "--server-idle-timeout 1s: $(server_conns '') idle server connections left"
+ok "--server-idle-timeout 1s: the idle server connection is closed"
+direct -qc 'create table lifetime_pids (pid int)' postgres
+cat >"$data/lifetime.sql" <<'SQL'
+insert into lifetime_pids select pg_backend_pid();
+SQL
+pgbench -n -c 2 -T 5 -f "$data/lifetime.sql" -h 127.0.0.1 -p "$port" postgres >"$data/lifetime.log" 2>&1 ||
+	{ cat "$data/lifetime.log"; fail "pgbench under --server-lifetime"; }
+pids=$(direct -Atc 'select count(distinct pid) from lifetime_pids' postgres)
+[ "$pids" -ge 4 ] || fail "--server-lifetime 2s: $pids server connections served 5 s of load, not retired"
+grep -q '^number of failed transactions: 0 ' "$data/lifetime.log" || fail "--server-lifetime: failed transactions"
+ok "--server-lifetime 2s: $pids server connections served 5 s of pgbench (retired when idle, 0 failed)"
+stop_proxy signal
+
+# ---- proxy D: a server that accepts and never answers
+/usr/bin/python3 -c '
+import socket, sys, time
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
+print(s.getsockname()[1], flush=True)
+conns = []
+end = time.time() + 60
+s.settimeout(1)
+while time.time() < end:
+    try: conns.append(s.accept()[0])
+    except socket.timeout: pass
+' >"$data/silent.port" &
+silent=$!
+silent_stop() { kill "$silent" 2>/dev/null || true; }
+cleanup_hooks="$cleanup_hooks silent_stop"
+within 10 test -s "$data/silent.port" || fail "the silent server did not start"
+: >"$data/proxy.log"
+"$proxy" --listen 127.0.0.1:0 --server "host=127.0.0.1 port=$(cat "$data/silent.port")" \
+	--server-connect-timeout 1s --client-login-timeout 10s 2>"$data/proxy.log" &
+proxy_pid=$!
+within 20 grep -q 'listening on' "$data/proxy.log" || fail "proxy D did not start"
+port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$data/proxy.log")
+t0=$(now_ms)
+via -Atc 'select 1' postgres >"$data/silent.out" 2>&1 && fail "a client was served by a silent server"
+elapsed=$(($(now_ms) - t0))
+grep -q 'server-connect-timeout' "$data/silent.out" || { cat "$data/silent.out"; fail "no --server-connect-timeout error"; }
+[ "$elapsed" -lt 4000 ] || fail "--server-connect-timeout 1s took $elapsed ms"
+ok "--server-connect-timeout 1s: after $elapsed ms, $(grep -o 'pgproxy: no connection[^"]*' "$data/silent.out" | head -1)"
+stop_proxy signal
