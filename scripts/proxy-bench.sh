@@ -16,6 +16,10 @@
 #             so that every configuration does the same interactive work
 #   overhead  pgbench -S -c 16 -j 2 alone: direct, (b), (c), (a);
 #             transactions/s and the proxy's CPU seconds
+#   users     20 users on one database, one pgbench -S client each, through
+#             (c) and (u) pgbouncer with max_db_connections=4 (the same
+#             ceiling for all users together): transactions/s and the
+#             server connections made (pg_stat_database.sessions)
 #
 # Every run SECONDS long (20), REPEATS times (3), the configurations
 # alternating within each repeat; the table shows the median over repeats
@@ -64,6 +68,7 @@ pids=()
 cleanup() {
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	[ ! -f "$work/bouncer.pid" ] || kill -TERM "$(cat "$work/bouncer.pid")" 2>/dev/null || true
+	[ ! -f "$work/ubouncer.pid" ] || kill -TERM "$(cat "$work/ubouncer.pid")" 2>/dev/null || true
 	as_owner pg_ctl -D "$work/db" -m immediate stop >/dev/null 2>&1 || true
 	rm -rf "$work"
 }
@@ -95,6 +100,10 @@ as_owner initdb -D "$work/db" -A trust -U bench >/dev/null
 as_owner pg_ctl -D "$work/db" -l "$work/server.log" -w -o "-k $work -c listen_addresses= \
 	-c fsync=off -c synchronous_commit=off -c max_connections=100" start >/dev/null
 pgbench -i -q -s 10 -h "$work" postgres >/dev/null 2>&1
+nusers=20
+for i in $(seq -w 1 "$nusers"); do
+	psql -X -q -h "$work" -c "create role user$i login; grant select on pgbench_accounts, pgbench_branches to user$i" postgres
+done
 cat >"$work/batch.sql" <<'EOF'
 \set aid random(1, 1000000)
 \set delta random(-5000, 5000)
@@ -123,10 +132,20 @@ logfile = $work/bouncer.log
 pidfile = $work/bouncer.pid
 EOF
 echo '"bench" ""' >"$work/users.txt"
-[ "$(id -u)" -ne 0 ] || chown postgres "$work/pgbouncer.ini" "$work/users.txt"
+for i in $(seq -w 1 "$nusers"); do echo "\"user$i\" \"\"" >>"$work/users.txt"; done
+# (u) the same pgbouncer with one ceiling for all users of a database
+uport=$(free_port)
+[ "$uport" != "$bport" ] || uport=$((bport + 1))
+sed -e "s/^listen_port = .*/listen_port = $uport/" -e "s|bouncer\.log|ubouncer.log|" \
+	-e "s|bouncer\.pid|ubouncer.pid|" -e 's/^default_pool_size = 4/default_pool_size = 4\nmax_db_connections = 4/' \
+	"$work/pgbouncer.ini" >"$work/upgbouncer.ini"
+[ "$(id -u)" -ne 0 ] || chown postgres "$work/pgbouncer.ini" "$work/upgbouncer.ini" "$work/users.txt"
 as_owner pgbouncer -d "$work/pgbouncer.ini"
 within 10 psql -X -h 127.0.0.1 -p "$bport" -c 'SHOW VERSION' pgbouncer
 bouncer_pid=$(cat "$work/bouncer.pid")
+as_owner pgbouncer -d "$work/upgbouncer.ini"
+within 10 psql -X -h 127.0.0.1 -p "$uport" -c 'SHOW VERSION' pgbouncer
+ubouncer_pid=$(cat "$work/ubouncer.pid")
 
 # (a) and (c) pgproxy
 start_pgproxy() { # name args...: sets started_port and started_pid
@@ -143,8 +162,8 @@ start_pgproxy a --band application_name=interactive:0 --band application_name=ba
 aport=$started_port apid=$started_pid
 start_pgproxy c --default-band 0
 cport=$started_port cpid=$started_pid
-declare -A port=([a]=$aport [b]=$bport [c]=$cport [direct]=5432)
-declare -A pid=([a]=$apid [b]=$bouncer_pid [c]=$cpid)
+declare -A port=([a]=$aport [b]=$bport [c]=$cport [u]=$uport [direct]=5432)
+declare -A pid=([a]=$apid [b]=$bouncer_pid [c]=$cpid [u]=$ubouncer_pid)
 declare -A host=([a]=127.0.0.1 [b]=127.0.0.1 [c]=127.0.0.1 [direct]=$work)
 # warm every pool: 4 server connections each
 for k in a b c; do
@@ -208,9 +227,32 @@ for r in $(seq 1 "$repeats"); do
 	for k in $order; do flood flood "$k" "$r"; done
 	for k in $order; do flood flood-R100 "$k" "$r" -R 100; done
 done
+sessions() { psql -X -Atc 'select sum(sessions) from pg_stat_database' -h "$work" postgres; }
+users() { # config repeat: every user's pgbench at once
+	local k=$1 rep=$2 i s0 s1 tps=0
+	s0=$(sessions)
+	for i in $(seq -w 1 "$nusers"); do
+		PGUSER=user$i pgbench -n -c 1 -T "$seconds" -S -h 127.0.0.1 -p "${port[$k]}" postgres \
+			>"$work/users.$k.$rep.$i" 2>&1 &
+	done
+	wait $(jobs -p | tail -n "$nusers")
+	s1=$(sessions)
+	for i in $(seq -w 1 "$nusers"); do
+		failed_ok "$work/users.$k.$rep.$i"
+		tps=$(echo "$tps $(tps_of "$work/users.$k.$rep.$i")" | awk '{ print $1 + $2 }')
+	done
+	record users "$k" "tps" "$tps"
+	record users "$k" "connections made" "$((s1 - s0 - 1))"
+	echo "proxy-bench: users $k repeat $rep: $tps tps, $((s1 - s0 - 1)) server connections made"
+}
+
 for r in $(seq 1 "$repeats"); do
 	if [ $((r % 2)) -eq 1 ]; then order="direct b c a"; else order="a c b direct"; fi
 	for k in $order; do overhead "$k" "$r"; done
+done
+for r in $(seq 1 "$repeats"); do
+	if [ $((r % 2)) -eq 1 ]; then order="c u"; else order="u c"; fi
+	for k in $order; do users "$k" "$r"; done
 done
 
 # medians (and min-max) over repeats
@@ -267,6 +309,16 @@ report=$out/proxy-bench-results.md
 		n=name_$k
 		echo "| ${!n} | $(med overhead $k tps) | $(med overhead $k 'proxy CPU s') |"
 	done
+	echo
+	echo "## $nusers users on one database"
+	echo
+	echo "One \`pgbench -S -c 1\` per user, all at once; every proxy holds at most 4 server connections"
+	echo "to the database, all users together (pgbouncer: \`max_db_connections = 4\`)."
+	echo
+	echo "| configuration | tps (all users) | server connections made |"
+	echo "|---|---:|---:|"
+	echo "| $name_c | $(med users c tps) | $(med users c 'connections made') |"
+	echo "| (u) pgbouncer, max_db_connections=4 | $(med users u tps) | $(med users u 'connections made') |"
 	echo
 	echo "## Targets"
 	echo

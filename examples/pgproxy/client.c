@@ -185,10 +185,10 @@ static bool startup_params(struct client *c, const char *kv, const char *end, ch
 static void client_startup(struct client *c)
 {
 	struct buf *in = &c->in;
-	if (buf_len(in) < 8)
+	if (buf_len(in) < 4)
 		return;
 	const char *p = buf_data(in);
-	uint32_t len = get32(p), code = get32(p + 4);
+	uint32_t len = get32(p);
 	if (len < 8 || len > MAX_STARTUP) {
 		/* as PostgreSQL: no answer to a stream that is not a startup
 		 * (a Terminate before the startup packet, say) */
@@ -200,6 +200,7 @@ static void client_startup(struct client *c)
 		return;
 	}
 	c->in_need = 0;
+	uint32_t code = get32(p + 4);
 	if (code == SSL_REQUEST || code == GSSENC_REQUEST) {
 		buf_consume(in, len);
 		buf_put(&c->out, "N", 1); /* no encryption: go on in the clear */
