@@ -1,0 +1,54 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# make check: replay pgproxy's fuzz corpus through the harness's plain
+# build (tests/fuzz/pgproxy_fuzz: no libFuzzer, its own main()): every seed
+# whole and at its split points, and each stream of at most
+# PGPROXY_SPLIT_MAX bytes (default 400) also a byte at a time and in every
+# split in two, the client's bytes compared to whole delivery.  Outside
+# make check (no built harness) it builds one with $CC into a scratch
+# folder.  PGPROXY_REPLAY_KNOWN=1 replays the reproducers of the known
+# findings instead (tests/fuzz/pgproxy-corpus/known/README), each with
+# PGPROXY_FUZZ_STRICT set to its number: each should fail until fixed.
+set -eu
+src=$(cd "$(dirname "$0")/../.." && pwd)
+corpus=$src/tests/fuzz/pgproxy-corpus
+bin=./tests/fuzz/pgproxy_fuzz
+if [ ! -x "$bin" ]; then
+	tmp=$(mktemp -d)
+	trap 'rm -rf "$tmp"' EXIT
+	mkdir -p "$tmp/include/turnstile"
+	part() { sed -n "s/^m4_define(\[ts_$1\], \[\([0-9]*\)\])\$/\1/p" "$src/configure.ac"; }
+	sed -e "s/@TS_VERSION_MAJOR@/$(part major)/g" -e "s/@TS_VERSION_MINOR@/$(part minor)/g" \
+		-e "s/@TS_VERSION_PATCH@/$(part patch)/g" "$src/include/turnstile/version.h.in" \
+		> "$tmp/include/turnstile/version.h"
+	pg=$src/examples/pgproxy
+	build() { # with ASan and UBSan where the compiler has them
+		# shellcheck disable=SC2046
+		${CC:-cc} -std=c11 -O1 -g -D_GNU_SOURCE -DTS_BUILDING_LIBRARY "$@" -I"$tmp/include" \
+			-I"$src/include" -I"$src/lib" -I"$pg" $(pkg-config --cflags liburcu-bp liburcu-cds) \
+			"$src/tests/fuzz/pgproxy_fuzz.c" "$pg/stream.c" "$pg/pkt.c" "$pg/pool.c" "$pg/params.c" \
+			"$pg/prepare.c" "$pg/client.c" "$pg/server.c" "$pg/cancel.c" "$pg/admin.c" "$src"/lib/*.c \
+			$(pkg-config --libs liburcu-bp liburcu-cds) -pthread -o "$tmp/pgproxy_fuzz"
+	}
+	build -fsanitize=address,undefined -fno-sanitize-recover=all 2>/dev/null || build
+	bin=$tmp/pgproxy_fuzz
+fi
+if [ "${PGPROXY_REPLAY_KNOWN:-}" = 1 ]; then
+	status=0
+	for f in "$corpus"/known/[0-9]*; do
+		n=$(basename "$f" | sed 's/^\([0-9]*\).*/\1/')
+		if PGPROXY_FUZZ_STRICT=$n "$bin" "$f" >/dev/null 2>&1; then
+			echo "pgproxy_replay: $(basename "$f"): no longer reproduces"
+		else
+			echo "pgproxy_replay: $(basename "$f"): still reproduces (PGPROXY_FUZZ_STRICT=$n)"
+			status=1
+		fi
+	done
+	exit $status
+fi
+# the seeds and what the fuzzer kept, files only (known/ is apart)
+set --
+for f in "$corpus"/*; do
+	[ -f "$f" ] && set -- "$@" "$f"
+done
+exec "$bin" "$@"
