@@ -27,3 +27,25 @@ clang -std=c11 -O1 -g -D_GNU_SOURCE -DTS_BUILDING_LIBRARY -DTS_LIBFUZZER \
 "$out/fuzz_ops" -max_total_time="$secs" -print_final_stats=1 "$out/corpus" 2>&1 |
 	tee "$out/fuzz.log" | grep -E "^(stat::number_of_executed_units|stat::new_units_added|Done|==)" || true
 grep -q "^Done" "$out/fuzz.log" || { tail -40 "$out/fuzz.log"; exit 1; }
+
+# pgproxy's protocol handling (tests/fuzz/pgproxy_fuzz.c): the harness
+# with every examples/pgproxy source but main.c, FUZZ_SECONDS in all, half
+# with a well-behaved fake server (split invariance, no stall), half with a
+# hostile one.  Its new inputs, too, go to a scratch corpus.
+pg=$src/examples/pgproxy
+mkdir -p "$out/pgproxy-corpus"
+find "$src/tests/fuzz/pgproxy-corpus" -maxdepth 1 -type f -exec cp {} "$out/pgproxy-corpus/" \;
+clang -std=c11 -O1 -g -D_GNU_SOURCE -DTS_BUILDING_LIBRARY -DTS_LIBFUZZER \
+	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	-I"$out/include" -I"$src/include" -I"$src/lib" -I"$pg" $(pkg-config --cflags liburcu-bp liburcu-cds) \
+	"$src"/tests/fuzz/pgproxy_fuzz.c "$pg"/stream.c "$pg"/pkt.c "$pg"/pool.c "$pg"/params.c \
+	"$pg"/prepare.c "$pg"/client.c "$pg"/server.c "$pg"/cancel.c "$pg"/admin.c "$src"/lib/*.c \
+	$(pkg-config --libs liburcu-bp liburcu-cds) -pthread -o "$out/pgproxy_fuzz"
+half=$(( (secs + 1) / 2 ))
+for mode in client server; do
+	PGPROXY_FUZZ_MODE=$mode "$out/pgproxy_fuzz" -max_total_time="$half" -max_len=8192 -timeout=30 \
+		-print_final_stats=1 -artifact_prefix="$out/pgproxy-$mode-" "$out/pgproxy-corpus" 2>&1 |
+		tee "$out/pgproxy-$mode.log" |
+		grep -E "^(stat::number_of_executed_units|stat::new_units_added|Done|==|pgproxy_fuzz: FINDING)" || true
+	grep -q "^Done" "$out/pgproxy-$mode.log" || { tail -40 "$out/pgproxy-$mode.log"; exit 1; }
+done
