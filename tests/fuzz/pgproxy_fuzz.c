@@ -2303,7 +2303,7 @@ int main(int argc, char **argv)
 		runs++;
 		struct spec sp;
 		if (parse_spec(&sp, buf, n)) {
-			if (hb_len(&sp.stream) <= max)
+			if (hb_len(&sp.stream) <= max && hb_len(&sp.stream) >= 2)
 				split_runs++;
 			free_spec(&sp);
 		}

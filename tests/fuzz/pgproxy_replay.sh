@@ -2,9 +2,9 @@
 # SPDX-License-Identifier: MIT
 # make check: replay pgproxy's fuzz corpus through the harness's plain
 # build (tests/fuzz/pgproxy_fuzz: no libFuzzer, its own main()): every seed
-# whole and at its split points, and each stream of at most
-# PGPROXY_SPLIT_MAX bytes (default 400) also a byte at a time and in every
-# split in two, the client's bytes compared to whole delivery.  Outside
+# whole and at its split points, and each hand-made seed's stream of at
+# most PGPROXY_SPLIT_MAX bytes (default 400) also a byte at a time and in
+# every split in two, the client's bytes compared to whole delivery.  Outside
 # make check (no built harness) it builds one with $CC into a scratch
 # folder.  PGPROXY_REPLAY_KNOWN=1 replays the reproducers of the known
 # findings instead (tests/fuzz/pgproxy-corpus/known/README), each with
@@ -46,9 +46,21 @@ if [ "${PGPROXY_REPLAY_KNOWN:-}" = 1 ]; then
 	done
 	exit $status
 fi
-# the seeds and what the fuzzer kept, files only (known/ is apart)
+# The hand-made seeds also a byte at a time and in every split in two;
+# what the fuzzer kept (fuzz-*) whole and at its own split points, unless
+# PGPROXY_SPLIT_ALL=1.  Files only: known/ is apart.
 set --
 for f in "$corpus"/*; do
+	case $f in */fuzz-*) ;; *) [ -f "$f" ] && set -- "$@" "$f" ;; esac
+done
+"$bin" "$@"
+set --
+for f in "$corpus"/fuzz-*; do
 	[ -f "$f" ] && set -- "$@" "$f"
 done
-exec "$bin" "$@"
+[ $# -eq 0 ] && exit 0
+if [ "${PGPROXY_SPLIT_ALL:-}" = 1 ]; then
+	"$bin" "$@"
+else
+	PGPROXY_SPLIT_MAX=0 "$bin" "$@"
+fi
