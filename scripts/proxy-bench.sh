@@ -26,13 +26,17 @@
 # with min-max.  Writes OUT/proxy-bench-results.md and
 # OUT/proxy-bench-latency.png (OUT: docs, or results/proxy-bench with --quick).
 #
-#   scripts/proxy-bench.sh [--quick] [--seconds S] [--repeats R] [--threads N] [--out DIR]
+# --baseline BIN adds (a') and (c'): the same two pgproxy configurations
+# run by another pgproxy binary (an earlier version, built elsewhere), in
+# the same run, alternating with the others.
+#
+#   scripts/proxy-bench.sh [--quick] [--seconds S] [--repeats R] [--threads N] [--out DIR] [--baseline BIN]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 
-seconds=20 repeats=3 threads=1 out=docs
-usage() { echo "usage: scripts/proxy-bench.sh [--quick] [--seconds S] [--repeats R] [--threads N] [--out DIR]" >&2; exit 2; }
+seconds=20 repeats=3 threads=1 out=docs baseline=
+usage() { echo "usage: scripts/proxy-bench.sh [--quick] [--seconds S] [--repeats R] [--threads N] [--out DIR] [--baseline BIN]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
 	case $1 in
 	--quick) seconds=5 repeats=1 out=results/proxy-bench ;;
@@ -40,6 +44,7 @@ while [ $# -gt 0 ]; do
 	--repeats) repeats=$2; shift ;;
 	--threads) threads=$2; shift ;; # pgproxy's loop threads; pgbouncer has one
 	--out) out=$2; shift ;;
+	--baseline) baseline=$(realpath "$2"); shift ;;
 	*) usage ;;
 	esac
 	shift
@@ -149,9 +154,10 @@ ubouncer_pid=$(cat "$work/ubouncer.pid")
 
 # (a) and (c) pgproxy
 start_pgproxy() { # name args...: sets started_port and started_pid
-	local name=$1
+	local name=$1 bin=$proxy
 	shift
-	"$proxy" --listen 127.0.0.1:0 --server "host=$work port=5432" --pool-size 4 \
+	[ "${name#o}" = "$name" ] || bin=$baseline
+	"$bin" --listen 127.0.0.1:0 --server "host=$work port=5432" --pool-size 4 \
 		--threads "$threads" "$@" 2>"$work/$name.log" &
 	started_pid=$!
 	pids+=("$started_pid")
@@ -165,8 +171,16 @@ cport=$started_port cpid=$started_pid
 declare -A port=([a]=$aport [b]=$bport [c]=$cport [u]=$uport [direct]=5432)
 declare -A pid=([a]=$apid [b]=$bouncer_pid [c]=$cpid [u]=$ubouncer_pid)
 declare -A host=([a]=127.0.0.1 [b]=127.0.0.1 [c]=127.0.0.1 [direct]=$work)
+flood_set="a b c" overhead_set="b c a"
+if [ -n "$baseline" ]; then
+	start_pgproxy oa --band application_name=interactive:0 --band application_name=batch:1 --default-band 1
+	port[oa]=$started_port pid[oa]=$started_pid host[oa]=127.0.0.1
+	start_pgproxy oc --default-band 0
+	port[oc]=$started_port pid[oc]=$started_pid host[oc]=127.0.0.1
+	flood_set="a b c oa oc" overhead_set="b c a oc oa"
+fi
 # warm every pool: 4 server connections each
-for k in a b c; do
+for k in $flood_set; do
 	PGAPPNAME=batch pgbench -n -c 8 -t 20 -f "$work/batch.sql" -h 127.0.0.1 -p "${port[$k]}" postgres >/dev/null
 done
 
@@ -223,7 +237,7 @@ overhead() { # config repeat
 
 for r in $(seq 1 "$repeats"); do
 	# alternate the order from one repeat to the next
-	if [ $((r % 2)) -eq 1 ]; then order="a b c"; else order="c b a"; fi
+	if [ $((r % 2)) -eq 1 ]; then order=$flood_set; else order=$(echo $flood_set | tr ' ' '\n' | tac | tr '\n' ' '); fi
 	for k in $order; do flood flood "$k" "$r"; done
 	for k in $order; do flood flood-R100 "$k" "$r" -R 100; done
 done
@@ -247,7 +261,7 @@ users() { # config repeat: every user's pgbench at once
 }
 
 for r in $(seq 1 "$repeats"); do
-	if [ $((r % 2)) -eq 1 ]; then order="direct b c a"; else order="a c b direct"; fi
+	if [ $((r % 2)) -eq 1 ]; then order="direct $overhead_set"; else order="$(echo $overhead_set | tr ' ' '\n' | tac | tr '\n' ' ') direct"; fi
 	for k in $order; do overhead "$k" "$r"; done
 done
 for r in $(seq 1 "$repeats"); do
@@ -265,6 +279,8 @@ val() { med "$@" | awk '{ print $1 }'; }
 name_a="(a) pgproxy, interactive band 0, batch band 1"
 name_b="(b) pgbouncer $(pgbouncer --version | head -1 | awk '{ print $2 }'), transaction pooling"
 name_c="(c) pgproxy, one band"
+name_oa="(a') as (a), the baseline binary"
+name_oc="(c') as (c), the baseline binary"
 report=$out/proxy-bench-results.md
 {
 	echo "# pgproxy and pgbouncer, side by side"
@@ -273,6 +289,7 @@ report=$out/proxy-bench-results.md
 		"$(date -u +%Y-%m-%d), $(nproc) vCPUs, PostgreSQL $(postgres --version | awk '{ print $3 }')," \
 		"pool size 4 in every proxy, pgproxy with $threads loop thread(s);" \
 		"each run ${seconds} s, ${repeats} repeat(s) alternating; median (min-max) over repeats."
+	[ -z "$baseline" ] || { echo; echo "Baseline binary: \`$baseline\`."; }
 	echo
 	echo "## Priority under a flood"
 	echo
@@ -280,7 +297,7 @@ report=$out/proxy-bench-results.md
 	echo
 	echo "| configuration | interactive p50 ms | interactive p99 ms | interactive tps | batch tps | proxy CPU s |"
 	echo "|---|---:|---:|---:|---:|---:|"
-	for k in a b c; do
+	for k in $flood_set; do
 		n=name_$k
 		echo "| ${!n} | $(med flood $k 'interactive p50 ms') | $(med flood $k 'interactive p99 ms') |" \
 			"$(med flood $k 'interactive tps') | $(med flood $k 'batch tps') | $(med flood $k 'proxy CPU s') |"
@@ -292,7 +309,7 @@ report=$out/proxy-bench-results.md
 	echo
 	echo "| configuration | interactive p50 ms | interactive p99 ms | interactive tps | batch tps | proxy CPU s |"
 	echo "|---|---:|---:|---:|---:|---:|"
-	for k in a b c; do
+	for k in $flood_set; do
 		n=name_$k
 		echo "| ${!n} | $(med flood-R100 $k 'interactive p50 ms') | $(med flood-R100 $k 'interactive p99 ms') |" \
 			"$(med flood-R100 $k 'interactive tps') | $(med flood-R100 $k 'batch tps') | $(med flood-R100 $k 'proxy CPU s') |"
@@ -305,7 +322,7 @@ report=$out/proxy-bench-results.md
 	echo "| configuration | tps | proxy CPU s |"
 	echo "|---|---:|---:|"
 	echo "| direct (Unix socket) | $(med overhead direct tps) | |"
-	for k in b c a; do
+	for k in $overhead_set; do
 		n=name_$k
 		echo "| ${!n} | $(med overhead $k tps) | $(med overhead $k 'proxy CPU s') |"
 	done
@@ -338,6 +355,14 @@ report=$out/proxy-bench-results.md
 	echo "| ... at equal interactive load (-R 100): batch (a) >= 90% of (b)'s | $rba vs $rbb tps: $(echo "$rba $rbb" | awk '{ printf "%.1f%%", 100 * $1 / $2 }') | $(verdict "$rba >= 0.9 * $rbb") |"
 	echo "| (c) throughput >= (b)'s, flood (interactive + batch) | $fc vs $fb tps: $(echo "$fc $fb" | awk '{ printf "%.3fx", $1 / $2 }') | $(verdict "$fc >= $fb") |"
 	echo "| (c) throughput >= (b)'s, overhead | $oc vs $ob tps: $(echo "$oc $ob" | awk '{ printf "%.3fx", $1 / $2 }') | $(verdict "$oc >= $ob") |"
+	if [ -n "$baseline" ]; then
+		ooc=$(val overhead oc tps) op99a=$(val flood oa 'interactive p99 ms') oba=$(val flood oa 'batch tps')
+		ofc=$(echo "$(val flood oc 'interactive tps') $(val flood oc 'batch tps')" | awk '{ print $1 + $2 }')
+		echo "| no loss against the baseline (within 5%): (c) overhead | $oc vs $ooc tps: $(echo "$oc $ooc" | awk '{ printf "%.3fx", $1 / $2 }') | $(verdict "$oc >= 0.95 * $ooc") |"
+		echo "| ... (c) flood throughput | $fc vs $ofc tps: $(echo "$fc $ofc" | awk '{ printf "%.3fx", $1 / $2 }') | $(verdict "$fc >= 0.95 * $ofc") |"
+		echo "| ... (a) interactive p99 | $p99a ms vs $op99a ms | $(verdict "$p99a <= 1.05 * $op99a") |"
+		echo "| ... (a) batch throughput | $ba vs $oba tps: $(echo "$ba $oba" | awk '{ printf "%.3fx", $1 / $2 }') | $(verdict "$ba >= 0.95 * $oba") |"
+	fi
 } >"$report"
 cat "$report"
 

@@ -43,6 +43,8 @@ static void client_close(struct client *c);
 static void start_acquire(struct client *c);
 static void got_turn(struct client *c);
 static void send_login(struct client *c);
+static bool deallocate_parse(struct client *c, const struct msg *m);
+static bool deallocate_query(struct client *c, const struct msg *m);
 
 static void set_state(struct client *c, enum cstate st)
 {
@@ -74,8 +76,8 @@ static bool login_needs_server(struct client *c)
 		need = true;
 	} else {
 		for (int p = 0; p < NPARAMS; p++) {
-			if (p == PAR_APPNAME || !c->want.set[p])
-				continue;
+			if (p == PAR_APPNAME || !c->want.set[p] || !param_reported(p))
+				continue; /* extra_float_digits: checked by its first SET */
 			if (!u->dparams.set[p] || strcmp(u->dparams.v[p], c->want.v[p]))
 				need = true;
 		}
@@ -623,12 +625,25 @@ static void stmt_server_name(const struct stmt *st, char *out, size_t n)
  * name, after a Close of the least recently used one if the connection is
  * full.  `flags`: RQ_SWALLOW for a Parse the proxy adds before a use, or
  * RQ_NAMES for the client's own Parse (whose answer it then gets). */
-static bool prepare_on_server(struct client *c, struct stmt *st, uint8_t flags, const char *cname)
+static bool prepare_on_server(struct client *c, struct stmt *st, uint16_t flags, const char *cname)
 {
 	struct server *s = c->srv;
 	uint64_t ev;
 	char name[32];
 	struct pkt k;
+	if (s->stmts_unknown || srv_stmts_has(s->stmts, stmt_id(st))) {
+		/* It has it (or may: s->stmts_unknown), but whether this Parse would succeed depends on what
+		 * is still in flight (an aborted transaction refuses it): ask the
+		 * server, after a Close of its copy (never an error). */
+		if (!rq_push(s, RQ_CLOSE, RQ_SWALLOW))
+			return false;
+		stmt_server_name(st, name, sizeof(name));
+		pkt_begin(&k, 'C');
+		pkt_u8(&k, 'S');
+		pkt_str(&k, name);
+		pkt_end(&k, &s->out);
+		srv_stmts_forget(s->stmts, stmt_id(st));
+	}
 	if (srv_stmts_add(s->stmts, stmt_id(st), &ev)) {
 		if (!rq_push(s, RQ_CLOSE, RQ_SWALLOW))
 			return false;
@@ -642,6 +657,8 @@ static bool prepare_on_server(struct client *c, struct stmt *st, uint8_t flags, 
 	if (!e || (cname && !(e->name = strdup(cname))))
 		return false;
 	e->stmt = stmt_hold(st);
+	if (cname)
+		e->reg = stmt_map_reg(c->stmts, cname);
 	size_t blen;
 	const char *body = stmt_body(st, &blen);
 	stmt_server_name(st, name, sizeof(name));
@@ -678,15 +695,24 @@ static void drop(struct client *c, const struct msg *m)
 
 /* The message at the front, forwarded unchanged as it arrives, with what
  * it asks for (kind < 0: nothing answers it). */
-static void forward(struct client *c, const struct msg *m, int kind)
+static void forward_flags(struct client *c, const struct msg *m, int kind, uint16_t flags)
 {
 	struct server *s = c->srv;
-	if (kind >= 0 && !rq_push(s, (enum rq_kind)kind, 0)) {
+	if (kind >= 0 && !rq_push(s, (enum rq_kind)kind, flags)) {
 		s->out.oom = true;
 		return;
 	}
 	c->rl = (struct relay){ .left = m->total };
 	relay_step(&c->rl, &c->in, &s->out, IN_BOUND);
+}
+
+static void forward(struct client *c, const struct msg *m, int kind) { forward_flags(c, m, kind, 0); }
+
+static const char *skip_space(const char *p, const char *end)
+{
+	while (p < end && isspace((unsigned char)*p))
+		p++;
+	return p;
 }
 
 /* A string at p, NUL-terminated before end: its length, or -1. */
@@ -718,7 +744,18 @@ static void parse_msg(struct client *c, const struct msg *m)
 	}
 	c->ext_open = true;
 	if (!nlen) {
-		forward(c, m, RQ_PARSE);
+		if (P.cfg.max_prepared && m->total <= 5 + PEEK_MAX && need - 6 >= 10 &&
+		    !strncasecmp(skip_space(m->p + 6, m->p + need), "deallocate", 10)) {
+			if (rq_unsettled(c->srv, NULL, NULL))
+				return;
+			if (deallocate_parse(c, m))
+				return;
+		}
+		const char *q = skip_space(m->p + 6, m->p + need);
+		size_t left = (size_t)(m->p + need - q);
+		bool stmts = (left >= 10 && !strncasecmp(q, "deallocate", 10)) ||
+			     (left >= 7 && !strncasecmp(q, "discard", 7));
+		forward_flags(c, m, RQ_PARSE, stmts ? RQ_STMTS : 0);
 		return;
 	}
 	if (!P.cfg.max_prepared) {
@@ -733,6 +770,9 @@ static void parse_msg(struct client *c, const struct msg *m)
 	}
 	if (!have(c, m, m->total))
 		return;
+	if ((stmt_map_find(c->stmts, name) && rq_unsettled(c->srv, name, NULL)) ||
+	    rq_unsettled(c->srv, NULL, NULL))
+		return; /* is the name taken, what has the server?  Its answers tell */
 	const char *body = name + nlen + 1;
 	struct stmt *st = stmt_get(body, (size_t)(m->p + m->total - body));
 	int err = !st ? ENOMEM : stmt_map_find(c->stmts, name) ? EEXIST : stmt_map_add(c->stmts, name, st);
@@ -742,13 +782,15 @@ static void parse_msg(struct client *c, const struct msg *m)
 		refuse_in_order(c, "54000", "pgproxy: too many prepared statements in one session");
 	} else if (err) {
 		c->out.oom = true;
-	} else if (srv_stmts_has(c->srv->stmts, stmt_id(st))) {
+	} else if (srv_stmts_has(c->srv->stmts, stmt_id(st)) && !c->srv->rq_len && c->status != 'E') {
+		/* the connection has it and is in a healthy state: answered here */
 		struct rq *e = rq_push(c->srv, RQ_PARSE, RQ_SYNTH | RQ_NAMES);
 		if (!e || !(e->name = strdup(name)))
 			c->out.oom = true;
 		else {
 			e->synth = '1';
 			e->stmt = stmt_hold(st);
+			e->reg = stmt_map_reg(c->stmts, name);
 		}
 	} else if (!prepare_on_server(c, st, RQ_NAMES, name)) {
 		c->out.oom = true;
@@ -785,6 +827,8 @@ static void bind_msg(struct client *c, const struct msg *m)
 		drop(c, m);
 		return;
 	}
+	if (rq_unsettled(c->srv, NULL, NULL))
+		return; /* whether the server has it: its answers tell */
 	char name[32];
 	stmt_server_name(st, name, sizeof(name));
 	if (!ensure_prepared(c, st) || !rq_push(c->srv, RQ_BIND, 0)) {
@@ -807,6 +851,25 @@ static void bind_msg(struct client *c, const struct msg *m)
 	relay_step(&c->rl, &c->in, o, IN_BOUND);
 }
 
+/* A Close (or DEALLOCATE) of a client's name, answered by the proxy in its
+ * place in the stream.  The name goes at once, so what follows it in the
+ * stream sees it gone, as the server would; if the server skips the
+ * request (an error before it), the name comes back (rq_pop). */
+static bool close_name(struct client *c, enum rq_kind kind, char synth, const char *name)
+{
+	struct rq *e = rq_push(c->srv, kind, RQ_SYNTH | RQ_CLOSES);
+	if (!e || !(e->name = strdup(name)))
+		return false;
+	e->synth = synth;
+	struct stmt *st = c->stmts ? stmt_map_find(c->stmts, name) : NULL;
+	if (st) {
+		e->stmt = stmt_hold(st);
+		e->reg = stmt_map_reg(c->stmts, name);
+		stmt_map_remove(c->stmts, name);
+	}
+	return true;
+}
+
 /* Describe and Close of a statement: read whole (they are small). */
 static void stmt_msg(struct client *c, const struct msg *m)
 {
@@ -827,12 +890,9 @@ static void stmt_msg(struct client *c, const struct msg *m)
 		forward(c, m, m->type == 'D' ? RQ_DESCRIBE : RQ_CLOSE);
 		return;
 	}
-	if (m->type == 'C') { /* answered in order; the name goes then */
-		struct rq *e = rq_push(c->srv, RQ_CLOSE, RQ_SYNTH | RQ_CLOSES);
-		if (!e || !(e->name = strdup(name)))
+	if (m->type == 'C') { /* answered in order by the proxy */
+		if (!close_name(c, RQ_CLOSE, '3', name))
 			c->out.oom = true;
-		else
-			e->synth = '3';
 		drop(c, m);
 		return;
 	}
@@ -845,6 +905,8 @@ static void stmt_msg(struct client *c, const struct msg *m)
 		drop(c, m);
 		return;
 	}
+	if (rq_unsettled(c->srv, NULL, NULL))
+		return;
 	char sname[32];
 	stmt_server_name(st, sname, sizeof(sname));
 	if (!ensure_prepared(c, st) || !rq_push(c->srv, RQ_DESCRIBE, 0)) {
@@ -859,64 +921,132 @@ static void stmt_msg(struct client *c, const struct msg *m)
 	drop(c, m);
 }
 
-/* DEALLOCATE [PREPARE] name|ALL, alone in a simple query: the names are
- * the client's, so the proxy answers it (in order).  Returns false for
- * anything else. */
+/* Reads one identifier at *q (unquoted: folded to lower case, as the
+ * server does; quoted: as written): false if there is none. */
+static bool ident(const char **q, const char *end, char *out, size_t n)
+{
+	size_t i = 0;
+	while (*q < end && isspace((unsigned char)**q))
+		(*q)++;
+	if (*q < end && **q == '"') {
+		for ((*q)++; *q < end && **q && **q != '"'; (*q)++)
+			if (i < n - 1)
+				out[i++] = **q;
+		if (*q >= end || **q != '"')
+			return false;
+		(*q)++;
+	} else {
+		while (*q < end && (isalnum((unsigned char)**q) || **q == '_' || **q == '$'))
+			if (i < n - 1)
+				out[i++] = (char)tolower((unsigned char)*(*q)++);
+			else
+				(*q)++;
+	}
+	out[i] = 0;
+	return i > 0;
+}
+
+/* DEALLOCATE [PREPARE] { name | ALL }, alone in a query text of n bytes:
+ * 0 if it is not that, 1 (name set), 2 for ALL. */
+static int parse_deallocate(const char *q, size_t n, char *name, size_t nn)
+{
+	const char *end = q + strnlen(q, n);
+	char w[16];
+	if (!ident(&q, end, w, sizeof(w)) || strcmp(w, "deallocate"))
+		return 0;
+	if (!ident(&q, end, name, nn))
+		return 0;
+	if (!strcmp(name, "prepare") && !ident(&q, end, name, nn))
+		return 0;
+	int kind = !strcmp(name, "all") ? 2 : 1;
+	while (q < end && (isspace((unsigned char)*q) || *q == ';'))
+		q++;
+	return q == end ? kind : 0;
+}
+
+/* DEALLOCATE of the client's own names in a simple query: the proxy
+ * answers it, in order (DEALLOCATE ALL too: the connection's statements
+ * are the proxy's, other clients' as well).  false: the server is to run
+ * it (a name the client does not have gets the server's 26000, and in an
+ * aborted transaction the server's 25P02). */
 static bool deallocate(struct client *c, const char *q, size_t n)
 {
-	char word[256], name[256] = "";
-	size_t i = 0;
-	const char *end = q + n;
-	int nwords = 0;
-	bool all = false;
-	while (q < end && *q) {
-		while (q < end && isspace((unsigned char)*q))
-			q++;
-		if (q >= end || !*q || *q == ';')
-			break;
-		i = 0;
-		if (*q == '"') { /* a quoted name, as written */
-			for (q++; q < end && *q && *q != '"' && i < sizeof(word) - 1; q++)
-				word[i++] = *q;
-			if (q >= end || *q != '"')
-				return false;
-			q++;
-			word[i] = 0;
-			if (nwords == 0 || (nwords > 2))
-				return false;
-			snprintf(name, sizeof(name), "%s", word);
-			nwords++;
-			continue;
-		}
-		while (q < end && *q && !isspace((unsigned char)*q) && *q != ';' && i < sizeof(word) - 1)
-			word[i++] = (char)tolower((unsigned char)*q++);
-		word[i] = 0;
-		if (nwords == 0 && strcmp(word, "deallocate"))
-			return false;
-		if (nwords == 1 && !strcmp(word, "prepare")) {
-			nwords++;
-			continue;
-		}
-		if (nwords >= 1 && !name[0] && !all) {
-			if (!strcmp(word, "all"))
-				all = true;
-			else
-				snprintf(name, sizeof(name), "%s", word);
-		} else if (nwords >= 1) {
-			return false;
-		}
-		nwords++;
-	}
-	while (q < end && *q && (isspace((unsigned char)*q) || *q == ';'))
-		q++;
-	if ((q < end && *q) || (!all && !name[0]))
+	char name[256];
+	int kind = parse_deallocate(q, n, name, sizeof(name));
+	if (!kind || (kind == 1 && !stmt_map_find(c->stmts, name)))
 		return false;
-	struct rq *e = rq_push(c->srv, RQ_QUERY, RQ_SYNTH | (all ? RQ_DEALLOC_ALL : 0));
-	if (!e || (!all && !(e->name = strdup(name)))) {
+	if (c->srv->rq_len || c->status == 'E')
+		return false; /* whether it succeeds depends on what is in flight */
+	if (kind == 1) {
+		if (!close_name(c, RQ_QUERY, 'C', name))
+			c->out.oom = true;
+		return true;
+	}
+	struct rq *e = rq_push(c->srv, RQ_QUERY, RQ_SYNTH | RQ_DEALLOC_ALL);
+	if (!e) {
 		c->out.oom = true;
 		return true;
 	}
 	e->synth = 'C';
+	stmt_map_clear(c->stmts); /* not given back if skipped: a documented limit */
+	return true;
+}
+
+/* DEALLOCATE name of the client's, while requests are in flight (whether
+ * it succeeds, in an aborted transaction, is the server's to say): the
+ * server runs DEALLOCATE of the proxy's name for it, prepared first if the
+ * connection lacks it.  false: not that. */
+static bool deallocate_query(struct client *c, const struct msg *m)
+{
+	char name[256], sql[48];
+	if (parse_deallocate(m->p + 5, m->total - 5, name, sizeof(name)) != 1)
+		return false;
+	struct stmt *st = stmt_map_find(c->stmts, name);
+	if (!st || !ensure_prepared(c, st) || !rq_push(c->srv, RQ_QUERY, 0))
+		return false;
+	snprintf(sql, sizeof(sql), "DEALLOCATE pgproxy_%" PRIu64, stmt_id(st));
+	struct pkt k;
+	pkt_begin(&k, 'Q');
+	pkt_str(&k, sql);
+	pkt_end(&k, &c->srv->out);
+	srv_stmts_forget(c->srv->stmts, stmt_id(st));
+	c->srv->stmts_unknown = true;
+	stmt_map_remove(c->stmts, name);
+	drop(c, m);
+	return true;
+}
+
+/* An unnamed Parse of DEALLOCATE name (psycopg 3 evicting from its cache
+ * sends one): the name is the client's, so the statement it runs is
+ * DEALLOCATE of the proxy's name for it, prepared first if the connection
+ * lacks it; the rest of the Parse (parameter types) is kept.  false: not
+ * that (DEALLOCATE ALL, an unknown name: the server runs it as sent). */
+static bool deallocate_parse(struct client *c, const struct msg *m)
+{
+	const char *q = m->p + 6; /* after the empty name */
+	char name[256], sname[48];
+	if (m->total > 5 + PEEK_MAX || m->have < m->total || !P.cfg.max_prepared)
+		return false;
+	long qlen = cstr(q, m->p + m->total);
+	if (qlen < 0 || parse_deallocate(q, (size_t)qlen, name, sizeof(name)) != 1)
+		return false;
+	struct stmt *st = stmt_map_find(c->stmts, name);
+	if (!st || !ensure_prepared(c, st) || !rq_push(c->srv, RQ_PARSE, 0))
+		return false;
+	snprintf(sname, sizeof(sname), "DEALLOCATE pgproxy_%" PRIu64, stmt_id(st));
+	const char *rest = q + qlen + 1;
+	struct pkt k;
+	pkt_begin(&k, 'P');
+	pkt_str(&k, "");
+	pkt_str(&k, sname);
+	pkt_bytes(&k, rest, (size_t)(m->p + m->total - rest));
+	pkt_end(&k, &c->srv->out);
+	/* the server's copy goes when it runs: what it has is not known in
+	 * between, so later prepares close first */
+	srv_stmts_forget(c->srv->stmts, stmt_id(st));
+	c->srv->stmts_unknown = true;
+	stmt_map_remove(c->stmts, name);
+	drop(c, m);
 	return true;
 }
 
@@ -937,15 +1067,30 @@ static void query_msg(struct client *c, const struct msg *m)
 			drop(c, m);
 			return;
 		}
+		if (rq_unsettled(c->srv, NULL, NULL))
+			return;
+		if (deallocate_query(c, m))
+			return;
 	}
-	if (left >= 7 && !strncasecmp(q, "discard", 7)) {
-		/* DISCARD ALL drops the session's statements and parameters: the
-		 * connection is not reused, and the client's names are gone */
+	bool discard = left >= 7 && !strncasecmp(q, "discard", 7);
+	if (discard) /* parameters reset: not reused */
 		c->srv->dirty = true;
-		if (c->stmts && left >= 11 && !strncasecmp(q + 7, " all", 4))
-			stmt_map_clear(c->stmts);
+	/* what it does to statements shows in its CommandComplete tag: the
+	 * prepares that follow wait for it (rq_unsettled) */
+	forward_flags(c, m, RQ_QUERY, discard || (left >= 10 && !strncasecmp(q, "deallocate", 10)) ? RQ_STMTS : 0);
+}
+
+/* CopyDone or CopyFail.  In an extended-protocol COPY FROM STDIN the
+ * server ignores the Syncs that came during the copy (libpq sends one right
+ * after the Execute): a marker in the queue shows where the copy ended, so
+ * the relay can drop them (server.c). */
+static void copy_end(struct client *c, const struct msg *m)
+{
+	if (c->srv->copy_in_ext && !rq_push(c->srv, RQ_COPY_END, 0)) {
+		c->out.oom = true;
+		return;
 	}
-	forward(c, m, RQ_QUERY);
+	forward(c, m, -1);
 }
 
 /* One message of a client holding a connection. */
@@ -965,7 +1110,11 @@ static void linked_message(struct client *c, const struct msg *m)
 		forward(c, m, RQ_EXECUTE);
 		break;
 	case 'F': forward(c, m, RQ_FUNC); break;
-	default: forward(c, m, -1); break; /* Flush, COPY data, and what the server will refuse */
+	case 'H': case 'd': forward(c, m, -1); break;
+	case 'c': case 'f': copy_end(c, m); break;
+	default: /* the server would end the session: so does the proxy, unshared */
+		client_fatal(c, "08P01", "invalid frontend message type %d", (unsigned char)m->type);
+		break;
 	}
 }
 
@@ -1068,8 +1217,8 @@ static void client_input(struct client *c)
 		}
 		if (buf_len(&c->out) >= OUT_BOUND)
 			return;
-		if (c->state != C_IDLE && c->state != C_LINKED && c->state != C_ADMIN)
-			return;
+		if ((c->state != C_IDLE && c->state != C_LINKED && c->state != C_ADMIN) || c->login)
+			return; /* a login in progress: what the client sent waits for it */
 		struct msg m;
 		int f = frame_peek(&c->in, &m);
 		if (f == FRAME_MORE)
@@ -1098,6 +1247,8 @@ static void client_input(struct client *c)
 				drop(c, &m);
 			}
 		} else if (m.type == 'X') { /* Terminate; in a transaction it costs the connection */
+			if (c->state == C_LINKED && c->srv->rq_len)
+				return; /* what came before it is answered first, as by the server */
 			client_close(c);
 			return;
 		} else if (c->state == C_IDLE) {

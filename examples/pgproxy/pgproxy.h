@@ -330,6 +330,7 @@ const char *stmt_body(const struct stmt *s, size_t *len);
 struct stmt_map *stmt_map_new(void);
 void stmt_map_free(struct stmt_map *m);
 struct stmt *stmt_map_find(struct stmt_map *m, const char *name);
+uint64_t stmt_map_reg(struct stmt_map *m, const char *name); /* its registration, 0 none */
 int stmt_map_add(struct stmt_map *m, const char *name, struct stmt *s); /* 0, EEXIST, ENOSPC, ENOMEM */
 void stmt_map_remove(struct stmt_map *m, const char *name);
 void stmt_map_clear(struct stmt_map *m);
@@ -348,7 +349,8 @@ void srv_stmts_clear(struct srv_stmts *ss);
 /* What a server response answers, in the order requests were sent. */
 enum rq_kind {
 	RQ_PARSE, RQ_BIND, RQ_DESCRIBE, RQ_EXECUTE, RQ_CLOSE, /* extended */
-	RQ_SYNC, RQ_QUERY, RQ_FUNC                             /* end with 'Z' */
+	RQ_SYNC, RQ_QUERY, RQ_FUNC,                            /* end with 'Z' */
+	RQ_COPY_END /* no answer: where an extended COPY FROM STDIN's data ended */
 };
 enum {
 	RQ_SWALLOW = 1, /* sent by the proxy: its responses are not relayed */
@@ -357,14 +359,17 @@ enum {
 	RQ_PARAMS = 8,  /* a SET of tracked parameters (an error ends the client) */
 	RQ_PREPARES = 16, /* prepares `stmt` on the server: forgotten if it fails */
 	RQ_NAMES = 32,  /* registered `name` for the client: undone if it fails */
-	RQ_CLOSES = 64, /* closes the client's `name` when answered */
-	RQ_DEALLOC_ALL = 128, /* DEALLOCATE ALL: the client's names go when answered */
+	RQ_CLOSES = 64, /* closed the client's `name` (`stmt`): back if skipped */
+	RQ_DEALLOC_ALL = 128, /* DEALLOCATE ALL, answered by the proxy */
+	RQ_STMTS = 256, /* forwarded DISCARD or DEALLOCATE: statements may go */
 };
 struct rq {
-	uint8_t kind, flags;
+	uint8_t kind;
+	uint16_t flags;
 	char synth;          /* RQ_SYNTH: the message to make ('1', '3', 'C'...) */
 	struct stmt *stmt;   /* a Parse of it (RQ_PREPARES: on this server) */
 	char *name;          /* the client's name it registers or closes */
+	uint64_t reg;        /* ...and that name's registration (stmt_map_reg) */
 	char *why;           /* RQ_MARKER: SQLSTATE, NUL, message */
 };
 #define RQ_MAX 16384 /* requests in flight per connection: the client waits beyond */
@@ -381,6 +386,8 @@ struct server {
 	struct srv_stmts *stmts; /* prepared under proxy names */
 	int64_t created_ns, idle_since_ns, deadline_ns;
 	bool dirty;              /* DISCARD or an unknown state: not reused */
+	bool stmts_unknown;      /* after a skipped prepare: close before preparing */
+	bool copy_in_ext;        /* in an Execute's COPY FROM STDIN: Syncs are ignored */
 	/* the requests in flight, a ring */
 	struct rq *rq;
 	unsigned rq_head, rq_len, rq_cap;
@@ -393,8 +400,13 @@ void server_destroy(struct server *s);      /* closes it and gives its place bac
 void server_drop_idle(void *item);
 bool server_usable(struct server *s);
 /* The proxy's own request on a linked connection (SETs, Parse, Close). */
-struct rq *rq_push(struct server *s, enum rq_kind kind, uint8_t flags); /* NULL: oom */
+struct rq *rq_push(struct server *s, enum rq_kind kind, uint16_t flags); /* NULL: oom */
 bool rq_full(const struct server *s);
+/* Whether a request still unanswered, in an earlier batch (a Sync after
+ * it), registered the client's `name`, or prepares `st` on the server (both
+ * NULL: prepares or closes any of the proxy's statements there): if that
+ * batch fails, they are undone, so what depends on them waits. */
+bool rq_unsettled(const struct server *s, const char *name, const struct stmt *st);
 bool server_idle(const struct server *s); /* nothing in flight either way */
 
 /* ---------------------------------------------------------------- client.c */

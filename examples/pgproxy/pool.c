@@ -283,8 +283,9 @@ void pools_free(void)
 		struct server *s;
 		if (!p)
 			continue;
-		while ((s = take_idle_other(p, NULL)))
-			server_destroy(s); /* the last of a user frees it */
+		/* the last connection of a pool no login succeeded on frees it */
+		while (P.pools[i] == p && (s = take_idle_other(p, NULL)))
+			server_destroy(s);
 		if (!P.pools[i]) /* freed with its last user */
 			continue;
 		if (p->users) {

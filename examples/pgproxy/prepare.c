@@ -100,11 +100,13 @@ const char *stmt_body(const struct stmt *s, size_t *len)
 struct name_ent {
 	struct name_ent *next;
 	struct stmt *stmt;
+	uint64_t reg; /* which registration: a name may be made, closed, made again */
 	char name[];
 };
 struct stmt_map {
 	struct name_ent *b[MAP_BUCKETS];
 	int n;
+	uint64_t regs;
 };
 
 struct stmt_map *stmt_map_new(void) { return calloc(1, sizeof(struct stmt_map)); }
@@ -143,6 +145,12 @@ struct stmt *stmt_map_find(struct stmt_map *m, const char *name)
 	return e ? e->stmt : NULL;
 }
 
+uint64_t stmt_map_reg(struct stmt_map *m, const char *name)
+{
+	struct name_ent *e = *slot(m, name);
+	return e ? e->reg : 0;
+}
+
 int stmt_map_add(struct stmt_map *m, const char *name, struct stmt *s)
 {
 	struct name_ent **p = slot(m, name);
@@ -157,6 +165,7 @@ int stmt_map_add(struct stmt_map *m, const char *name, struct stmt *s)
 	memcpy(e->name, name, len + 1);
 	atomic_fetch_add(&s->refs, 1);
 	e->stmt = s;
+	e->reg = ++m->regs;
 	*p = e;
 	m->n++;
 	return 0;

@@ -29,6 +29,7 @@
 #include "pgproxy.h"
 
 #define PROTO_30 196608
+#define PARAMS_MAX (64 * 1024) /* a server's startup ParameterStatus, all together */
 
 struct server *server_new(struct upool *u)
 {
@@ -99,7 +100,7 @@ bool server_idle(const struct server *s)
 
 bool rq_full(const struct server *s) { return s->rq_len >= RQ_MAX; }
 
-struct rq *rq_push(struct server *s, enum rq_kind kind, uint8_t flags)
+struct rq *rq_push(struct server *s, enum rq_kind kind, uint16_t flags)
 {
 	if (s->rq_len == s->rq_cap) {
 		unsigned cap = s->rq_cap ? s->rq_cap * 2 : 16;
@@ -120,16 +121,59 @@ struct rq *rq_push(struct server *s, enum rq_kind kind, uint8_t flags)
 
 static struct rq *rq_front(struct server *s) { return s->rq_len ? &s->rq[s->rq_head] : NULL; }
 
-/* The front request is answered (failed: by an error, or skipped after
- * one): undo what a failed one did to the client's and server's names. */
-static void rq_pop(struct client *c, bool failed)
+bool rq_unsettled(const struct server *s, const char *name, const struct stmt *st)
+{
+	bool sync_after = false;
+	for (unsigned i = s->rq_len; i-- > 0;) { /* newest first */
+		const struct rq *e = &s->rq[(s->rq_head + i) % s->rq_cap];
+		if (e->kind == RQ_SYNC)
+			sync_after = true;
+		else if (!name && !st && (e->flags & RQ_STMTS) && (sync_after || e->kind == RQ_QUERY))
+			return true; /* a Query's answer comes with its ReadyForQuery */
+		else if (sync_after && ((name && (e->flags & RQ_NAMES) && e->name && !strcmp(e->name, name)) ||
+					(st && (e->flags & RQ_PREPARES) && e->stmt == st) ||
+					(!name && !st && ((e->flags & RQ_PREPARES) ||
+							  (e->kind == RQ_CLOSE && (e->flags & RQ_SWALLOW))))))
+			return true;
+	}
+	return false;
+}
+
+/* How a request ended. */
+enum { RQ_DONE, RQ_FAILED, RQ_SKIPPED };
+
+/* The front request is answered, failed by its own error, or skipped
+ * after an earlier one: undo what a failed or skipped one did to the
+ * client's names.  A Parse that failed leaves the server without the
+ * statement.  After a skipped Parse or Close of the proxy's, what the
+ * server has is no longer known: every later prepare on it closes first
+ * (harmless if absent), and it is retired after the transaction. */
+static void rq_pop(struct client *c, int how)
 {
 	struct server *s = c->srv;
 	struct rq *e = rq_front(s);
-	if (failed && (e->flags & RQ_NAMES) && c->stmts && e->name && stmt_map_find(c->stmts, e->name) == e->stmt)
-		stmt_map_remove(c->stmts, e->name);
-	if (failed && (e->flags & RQ_PREPARES) && s->stmts)
+	bool failed = how != RQ_DONE;
+	if (failed && (e->flags & RQ_NAMES) && e->name) {
+		if (c->stmts && stmt_map_reg(c->stmts, e->name) == e->reg)
+			stmt_map_remove(c->stmts, e->name);
+		/* a later Close of the name it never made gives nothing back */
+		for (unsigned i = 1; i < s->rq_len; i++) {
+			struct rq *l = &s->rq[(s->rq_head + i) % s->rq_cap];
+			if ((l->flags & RQ_CLOSES) && l->stmt && l->reg == e->reg && l->name && !strcmp(l->name, e->name)) {
+				stmt_put(l->stmt);
+				l->stmt = NULL;
+			}
+		}
+	}
+	if (failed && (e->flags & RQ_CLOSES) && e->stmt && c->stmts && !stmt_map_find(c->stmts, e->name))
+		(void)stmt_map_add(c->stmts, e->name, e->stmt); /* skipped: the name stays */
+	if (s->stmts && how == RQ_FAILED && (e->flags & RQ_PREPARES))
 		srv_stmts_forget(s->stmts, stmt_id(e->stmt));
+	if (s->stmts && how == RQ_SKIPPED &&
+	    ((e->flags & RQ_PREPARES) || (e->kind == RQ_CLOSE && (e->flags & RQ_SWALLOW)))) {
+		srv_stmts_clear(s->stmts);
+		s->stmts_unknown = s->dirty = true;
+	}
 	rq_drop(e);
 	s->rq_head = (s->rq_head + 1) % s->rq_cap;
 	s->rq_len--;
@@ -147,23 +191,15 @@ static void rq_settle(struct client *c)
 	struct server *s = c->srv;
 	struct rq *e;
 	while ((e = rq_front(s)) && (e->flags & RQ_SYNTH)) {
-		if (s->skipping && !ends_with_z(e)) {
-			rq_pop(c, true);
+		if (s->skipping && e->kind != RQ_SYNC) {
+			rq_pop(c, RQ_SKIPPED);
 			continue;
 		}
 		switch (e->synth) {
 		case '3': /* CloseComplete of a client's statement */
-			if (c->stmts && e->name)
-				stmt_map_remove(c->stmts, e->name);
 			send_simple(&c->out, '3');
 			break;
 		case 'C': /* DEALLOCATE, answered as a simple query */
-			if (c->stmts) {
-				if (e->flags & RQ_DEALLOC_ALL)
-					stmt_map_clear(c->stmts);
-				else if (e->name)
-					stmt_map_remove(c->stmts, e->name);
-			}
 			send_complete(&c->out, e->flags & RQ_DEALLOC_ALL ? "DEALLOCATE ALL" : "DEALLOCATE");
 			send_ready(&c->out, c->status ? c->status : 'I');
 			break;
@@ -171,7 +207,7 @@ static void rq_settle(struct client *c)
 			send_simple(&c->out, e->synth);
 			break;
 		}
-		rq_pop(c, false);
+		rq_pop(c, RQ_DONE);
 	}
 }
 
@@ -191,6 +227,24 @@ static void param_status(struct client *c, const struct msg *m)
 	size_t vlen = strnlen(val, (size_t)(end - val));
 	param_store(&c->srv->have, p, val, vlen);
 	param_store(&c->want, p, val, vlen);
+}
+
+/* A CommandComplete the client's own request earned: DEALLOCATE ALL or
+ * DISCARD ALL, however sent, dropped every statement of the session, the
+ * proxy's on that connection too. */
+static void command_tag(struct client *c, const char *tag, size_t n, bool ours)
+{
+	struct server *s = c->srv;
+	bool dealloc = n >= 15 && !memcmp(tag, "DEALLOCATE ALL", 15);
+	bool discard = n >= 12 && !memcmp(tag, "DISCARD ALL", 12);
+	if (ours || (!dealloc && !discard))
+		return;
+	if (s->stmts)
+		srv_stmts_clear(s->stmts);
+	if (c->stmts)
+		stmt_map_clear(c->stmts);
+	if (discard) /* parameters reset too: not reused */
+		s->dirty = true;
 }
 
 /* The refusal that replaces a marker's error. */
@@ -215,8 +269,10 @@ static bool server_message(struct client *c, const struct msg *m)
 		}
 		if (m->have < m->total)
 			return false;
-		while (e && !ends_with_z(e)) { /* skipped after an error */
-			rq_pop(c, true);
+		/* after an extended-protocol error the server skipped everything
+		 * up to the Sync, simple queries and function calls too */
+		while (e && (s->skipping ? e->kind != RQ_SYNC : !ends_with_z(e))) {
+			rq_pop(c, RQ_SKIPPED);
 			e = rq_front(s);
 		}
 		if (!e) {
@@ -265,8 +321,20 @@ static bool server_message(struct client *c, const struct msg *m)
 	case 'T': case 'n':
 		pop = e && e->kind == RQ_DESCRIBE;
 		break;
-	case 'C': case 'I': case 's':
+	case 'C': {
+		size_t need = m->total < 5 + 64 ? m->total : 5 + 64;
+		if (m->have < need)
+			return false;
+		command_tag(c, m->p + 5, need - 5, swallow);
 		pop = e && e->kind == RQ_EXECUTE;
+		break;
+	}
+	case 'I': case 's':
+		pop = e && e->kind == RQ_EXECUTE;
+		break;
+	case 'G': /* CopyInResponse */
+		if (e && e->kind == RQ_EXECUTE)
+			s->copy_in_ext = true;
 		break;
 	case 'N': case 'A': /* asynchronous */
 		break;
@@ -277,8 +345,19 @@ static bool server_message(struct client *c, const struct msg *m)
 	}
 	s->rl = (struct relay){ .left = m->total, .drop = swallow };
 	relay_step(&s->rl, &s->in, &c->out, OUT_BOUND);
+	bool copy_ended = pop && s->copy_in_ext && e->kind == RQ_EXECUTE;
 	if (pop)
-		rq_pop(c, failed);
+		rq_pop(c, failed ? RQ_FAILED : RQ_DONE);
+	if (copy_ended) {
+		/* the Syncs sent during the copy were ignored by the server */
+		s->copy_in_ext = false;
+		while ((e = rq_front(s)) && (e->kind == RQ_SYNC || e->kind == RQ_COPY_END)) {
+			bool end = e->kind == RQ_COPY_END;
+			rq_pop(c, RQ_DONE);
+			if (end)
+				break;
+		}
+	}
 	return true;
 }
 
@@ -382,16 +461,19 @@ static void startup_message(struct client *c, const struct msg *m, bool *done)
 		break;
 	}
 	case 'S': {
-		struct msg sm = *m;
 		const char *name = body, *end = m->p + m->total;
 		size_t nlen = strnlen(name, blen);
-		if (name + nlen + 1 < end) {
-			int p = param_lookup(name);
-			if (p >= 0)
-				param_store(&s->have, p, name + nlen + 1,
-					    strnlen(name + nlen + 1, (size_t)(end - name - nlen - 1)));
+		const char *val = name + nlen + 1;
+		if (val >= end || strnlen(val, (size_t)(end - val)) != (size_t)(end - val) - 1 ||
+		    buf_len(&s->params) + m->total > PARAMS_MAX) {
+			client_server_failed_msg(c, "08P01", "pgproxy: an invalid or oversized ParameterStatus from the server during startup");
+			*done = true;
+			break;
 		}
-		buf_put(&s->params, sm.p, sm.total);
+		int p = param_lookup(name);
+		if (p >= 0)
+			param_store(&s->have, p, val, strlen(val));
+		buf_put(&s->params, m->p, m->total);
 		break;
 	}
 	case 'K':

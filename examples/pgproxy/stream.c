@@ -143,8 +143,8 @@ int sock_read(int fd, struct buf *b, size_t limit)
 			got = 1;
 			if ((size_t)n < want) /* drained: epoll says when more comes */
 				break;
-		} else if (n == 0) {
-			return -1;
+		} else if (n == 0) { /* what came before the end is handled first */
+			return got ? 1 : -1;
 		} else if (errno == EINTR) {
 			continue;
 		} else if (errno == EAGAIN || errno == EWOULDBLOCK) {

@@ -6,9 +6,8 @@
 # most PGPROXY_SPLIT_MAX bytes (default 400) also a byte at a time and in
 # every split in two, the client's bytes compared to whole delivery.  Outside
 # make check (no built harness) it builds one with $CC into a scratch
-# folder.  PGPROXY_REPLAY_KNOWN=1 replays the reproducers of the known
-# findings instead (tests/fuzz/pgproxy-corpus/known/README), each with
-# PGPROXY_FUZZ_STRICT set to its number: each should fail until fixed.
+# folder.  The regress-* seeds reproduce fixed findings
+# (tests/fuzz/pgproxy-regressions.txt).
 set -eu
 src=$(cd "$(dirname "$0")/../.." && pwd)
 corpus=$src/tests/fuzz/pgproxy-corpus
@@ -33,22 +32,9 @@ if [ ! -x "$bin" ]; then
 	build -fsanitize=address,undefined -fno-sanitize-recover=all 2>/dev/null || build
 	bin=$tmp/pgproxy_fuzz
 fi
-if [ "${PGPROXY_REPLAY_KNOWN:-}" = 1 ]; then
-	status=0
-	for f in "$corpus"/known/[0-9]*; do
-		n=$(basename "$f" | sed 's/^\([0-9]*\).*/\1/')
-		if PGPROXY_FUZZ_STRICT=$n "$bin" "$f" >/dev/null 2>&1; then
-			echo "pgproxy_replay: $(basename "$f"): no longer reproduces"
-		else
-			echo "pgproxy_replay: $(basename "$f"): still reproduces (PGPROXY_FUZZ_STRICT=$n)"
-			status=1
-		fi
-	done
-	exit $status
-fi
 # The hand-made seeds also a byte at a time and in every split in two;
 # what the fuzzer kept (fuzz-*) whole and at its own split points, unless
-# PGPROXY_SPLIT_ALL=1.  Files only: known/ is apart.
+# PGPROXY_SPLIT_ALL=1.
 set --
 for f in "$corpus"/*; do
 	case $f in */fuzz-*) ;; *) [ -f "$f" ] && set -- "$@" "$f" ;; esac
