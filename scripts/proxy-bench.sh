@@ -249,15 +249,15 @@ users() { # config repeat: every user's pgbench at once
 		PGUSER=user$i pgbench -n -c 1 -T "$seconds" -S -h 127.0.0.1 -p "${port[$k]}" postgres \
 			>"$work/users.$k.$rep.$i" 2>&1 &
 	done
-	wait $(jobs -p | tail -n "$nusers")
+	wait $(jobs -p | tail -n "$nusers") # the pgbench runs, started last
 	s1=$(sessions)
 	for i in $(seq -w 1 "$nusers"); do
 		failed_ok "$work/users.$k.$rep.$i"
 		tps=$(echo "$tps $(tps_of "$work/users.$k.$rep.$i")" | awk '{ print $1 + $2 }')
 	done
 	record users "$k" "tps" "$tps"
-	record users "$k" "connections made" "$((s1 - s0 - 1))"
-	echo "proxy-bench: users $k repeat $rep: $tps tps, $((s1 - s0 - 1)) server connections made"
+	record users "$k" "connections made" "$((s1 - s0 - 2))"
+	echo "proxy-bench: users $k repeat $rep: $tps tps, $((s1 - s0 - 2)) server connections made"
 }
 
 for r in $(seq 1 "$repeats"); do
