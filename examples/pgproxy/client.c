@@ -44,7 +44,6 @@ static void start_acquire(struct client *c);
 static void got_turn(struct client *c);
 static void send_login(struct client *c);
 static bool deallocate_parse(struct client *c, const struct msg *m);
-static bool deallocate_query(struct client *c, const struct msg *m);
 
 static void set_state(struct client *c, enum cstate st)
 {
@@ -992,54 +991,32 @@ static bool deallocate(struct client *c, const char *q, size_t n)
 	return true;
 }
 
-/* DEALLOCATE name of the client's, while requests are in flight (whether
- * it succeeds, in an aborted transaction, is the server's to say): the
- * server runs DEALLOCATE of the proxy's name for it, prepared first if the
- * connection lacks it.  false: not that. */
-static bool deallocate_query(struct client *c, const struct msg *m)
+/* DEALLOCATE name of the client's that the server is to run, in a simple
+ * query (while requests are in flight: whether it succeeds, in an aborted
+ * transaction, is the server's to say) or in an unnamed Parse (psycopg 3
+ * evicting from its cache sends one): the server runs DEALLOCATE of the
+ * proxy's name for it, prepared first if the connection lacks it; the rest
+ * of a Parse (parameter types) is kept.  q: the query text, qlen bytes.
+ * false: not that (DEALLOCATE ALL, a name the client does not have: the
+ * server runs it as sent). */
+static bool deallocate_rewrite(struct client *c, const struct msg *m, const char *q, size_t qlen)
 {
 	char name[256], sql[48];
-	if (parse_deallocate(m->p + 5, m->total - 5, name, sizeof(name)) != 1)
+	if (parse_deallocate(q, qlen, name, sizeof(name)) != 1)
 		return false;
 	struct stmt *st = stmt_map_find(c->stmts, name);
-	if (!st || !ensure_prepared(c, st) || !rq_push(c->srv, RQ_QUERY, 0))
+	if (!st || !ensure_prepared(c, st) || !rq_push(c->srv, m->type == 'Q' ? RQ_QUERY : RQ_PARSE, 0))
 		return false;
 	snprintf(sql, sizeof(sql), "DEALLOCATE pgproxy_%" PRIu64, stmt_id(st));
 	struct pkt k;
-	pkt_begin(&k, 'Q');
+	pkt_begin(&k, m->type);
+	if (m->type == 'P')
+		pkt_str(&k, "");
 	pkt_str(&k, sql);
-	pkt_end(&k, &c->srv->out);
-	srv_stmts_forget(c->srv->stmts, stmt_id(st));
-	c->srv->stmts_unknown = true;
-	stmt_map_remove(c->stmts, name);
-	drop(c, m);
-	return true;
-}
-
-/* An unnamed Parse of DEALLOCATE name (psycopg 3 evicting from its cache
- * sends one): the name is the client's, so the statement it runs is
- * DEALLOCATE of the proxy's name for it, prepared first if the connection
- * lacks it; the rest of the Parse (parameter types) is kept.  false: not
- * that (DEALLOCATE ALL, an unknown name: the server runs it as sent). */
-static bool deallocate_parse(struct client *c, const struct msg *m)
-{
-	const char *q = m->p + 6; /* after the empty name */
-	char name[256], sname[48];
-	if (m->total > 5 + PEEK_MAX || m->have < m->total || !P.cfg.max_prepared)
-		return false;
-	long qlen = cstr(q, m->p + m->total);
-	if (qlen < 0 || parse_deallocate(q, (size_t)qlen, name, sizeof(name)) != 1)
-		return false;
-	struct stmt *st = stmt_map_find(c->stmts, name);
-	if (!st || !ensure_prepared(c, st) || !rq_push(c->srv, RQ_PARSE, 0))
-		return false;
-	snprintf(sname, sizeof(sname), "DEALLOCATE pgproxy_%" PRIu64, stmt_id(st));
-	const char *rest = q + qlen + 1;
-	struct pkt k;
-	pkt_begin(&k, 'P');
-	pkt_str(&k, "");
-	pkt_str(&k, sname);
-	pkt_bytes(&k, rest, (size_t)(m->p + m->total - rest));
+	if (m->type == 'P') {
+		const char *rest = q + qlen + 1;
+		pkt_bytes(&k, rest, (size_t)(m->p + m->total - rest));
+	}
 	pkt_end(&k, &c->srv->out);
 	/* the server's copy goes when it runs: what it has is not known in
 	 * between, so later prepares close first */
@@ -1048,6 +1025,15 @@ static bool deallocate_parse(struct client *c, const struct msg *m)
 	stmt_map_remove(c->stmts, name);
 	drop(c, m);
 	return true;
+}
+
+static bool deallocate_parse(struct client *c, const struct msg *m)
+{
+	const char *q = m->p + 6; /* after the empty name */
+	if (m->total > 5 + PEEK_MAX || m->have < m->total || !P.cfg.max_prepared)
+		return false;
+	long qlen = cstr(q, m->p + m->total);
+	return qlen >= 0 && deallocate_rewrite(c, m, q, (size_t)qlen);
 }
 
 static void query_msg(struct client *c, const struct msg *m)
@@ -1069,7 +1055,7 @@ static void query_msg(struct client *c, const struct msg *m)
 		}
 		if (rq_unsettled(c->srv, NULL, NULL))
 			return;
-		if (deallocate_query(c, m))
+		if (deallocate_rewrite(c, m, m->p + 5, strnlen(m->p + 5, m->total - 5)))
 			return;
 	}
 	bool discard = left >= 7 && !strncasecmp(q, "discard", 7);

@@ -23,6 +23,7 @@
  *   server.c   a server connection's life: connect, startup, the
  *              server-to-client relay and the queue of expected responses
  *   cancel.c   cancel keys handed out in BackendKeyData, CancelRequest
+ *   watch.c    what a loop watches: epoll registration, freeing after a batch
  *   admin.c    the admin console (database "pgproxy") and band statistics
  */
 #ifndef PGPROXY_H

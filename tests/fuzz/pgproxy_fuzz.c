@@ -220,28 +220,6 @@ static void put_simple(struct hb *out, char type)
 
 /* ---------------------------------------------------------------- what main.c provides */
 
-void watch_set(struct watch *w, uint32_t mask)
-{
-	if (w->mask == mask || w->fd < 0)
-		return;
-	struct epoll_event ev = { .events = mask, .data.ptr = w };
-	int op = !w->mask ? EPOLL_CTL_ADD : !mask ? EPOLL_CTL_DEL : EPOLL_CTL_MOD;
-	if (epoll_ctl(w->loop->ep, op, w->fd, &ev) != 0)
-		finding("epoll_ctl(%d, fd %d): %s", op, w->fd, strerror(errno));
-	w->mask = mask;
-}
-
-void watch_close(struct watch *w)
-{
-	watch_set(w, 0);
-	if (w->fd >= 0)
-		close(w->fd);
-	w->fd = -1;
-	w->dead = true;
-	w->zombie_next = w->loop->zombies;
-	w->loop->zombies = w;
-}
-
 void loop_wake_all(void) {}
 void loop_fd_freed(struct loop *l) { (void)l; }
 
