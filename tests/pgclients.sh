@@ -13,7 +13,9 @@
 #                          instead of failing the test
 #   PGCLIENTS_PGBOUNCER=1  also through pgbouncer (pool_mode=transaction,
 #                          default_pool_size=2): reported, never a failure
-#   PGCLIENTS_STACKS       which stacks (default: jdbc asyncpg psycopg psycopg2 node)
+#   PGCLIENTS_STACKS       which stacks (default: jdbc asyncpg psycopg psycopg2, the
+#                          Debian ones; make check runs node apart,
+#                          tests/pgclients_node.sh, since it needs the npm registry)
 #   PGCLIENTS_TIMEOUT      seconds for one program run (120); PGCLIENTS_CASE_TIMEOUT
 #                          seconds for one case inside it (10; after 2 cases time
 #                          out, a program runs no more: a wedged proxy costs ~30 s a stack)
@@ -29,7 +31,7 @@ name=pgclients
 src=$(cd "$(dirname "$0")" && pwd)/pgclients
 py=/usr/bin/python3 # Debian's, with python3-asyncpg, -psycopg, -psycopg2
 flags=${PGPROXY_CLIENT_FLAGS---pool-size 2 --max-prepared 100 --threads 2}
-stacks=${PGCLIENTS_STACKS-jdbc asyncpg psycopg psycopg2 node}
+stacks=${PGCLIENTS_STACKS-jdbc asyncpg psycopg psycopg2}
 prog_timeout=${PGCLIENTS_TIMEOUT:-120}
 PGCLIENTS_CASE_TIMEOUT=${PGCLIENTS_CASE_TIMEOUT:-10}
 jar=${PGCLIENTS_JDBC_JAR:-/usr/share/java/postgresql.jar}
