@@ -1069,10 +1069,13 @@ static void query_msg(struct client *c, const struct msg *m)
 /* CopyDone or CopyFail.  In an extended-protocol COPY FROM STDIN the
  * server ignores the Syncs that came during the copy (libpq sends one right
  * after the Execute): a marker in the queue shows where the copy ended, so
- * the relay can drop them (server.c). */
+ * the relay can drop them (server.c); outside such a copy the marker is
+ * dropped when it reaches the front. */
 static void copy_end(struct client *c, const struct msg *m)
 {
-	if (c->srv->copy_in_ext && !rq_push(c->srv, RQ_COPY_END, 0)) {
+	/* pushed whether or not the copy is known to have begun: its
+	 * CopyInResponse may still be on its way */
+	if (!rq_push(c->srv, RQ_COPY_END, 0)) {
 		c->out.oom = true;
 		return;
 	}

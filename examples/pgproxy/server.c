@@ -190,7 +190,11 @@ static void rq_settle(struct client *c)
 {
 	struct server *s = c->srv;
 	struct rq *e;
-	while ((e = rq_front(s)) && (e->flags & RQ_SYNTH)) {
+	while ((e = rq_front(s)) && ((e->flags & RQ_SYNTH) || e->kind == RQ_COPY_END)) {
+		if (e->kind == RQ_COPY_END) { /* no copy it ended: nothing owed */
+			rq_pop(c, RQ_DONE);
+			continue;
+		}
 		if (s->skipping && e->kind != RQ_SYNC) {
 			rq_pop(c, RQ_SKIPPED);
 			continue;

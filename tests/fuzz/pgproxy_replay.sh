@@ -50,3 +50,12 @@ if [ "${PGPROXY_SPLIT_ALL:-}" = 1 ]; then
 else
 	PGPROXY_SPLIT_MAX=0 "$bin" "$@"
 fi
+# and every input as tests/fuzz/run.sh's fuzzing reads it, each half with
+# its mode forced (a seed's own mode byte then means nothing)
+set --
+for f in "$corpus"/*; do
+	[ -f "$f" ] && set -- "$@" "$f"
+done
+for mode in client server; do
+	PGPROXY_FUZZ_MODE=$mode PGPROXY_SPLIT_MAX=0 "$bin" "$@"
+done
