@@ -769,8 +769,7 @@ static void parse_msg(struct client *c, const struct msg *m)
 	}
 	if (!have(c, m, m->total))
 		return;
-	if ((stmt_map_find(c->stmts, name) && rq_unsettled(c->srv, name, NULL)) ||
-	    rq_unsettled(c->srv, NULL, NULL))
+	if (rq_unsettled(c->srv, name, NULL) || rq_unsettled(c->srv, NULL, NULL))
 		return; /* is the name taken, what has the server?  Its answers tell */
 	const char *body = name + nlen + 1;
 	struct stmt *st = stmt_get(body, (size_t)(m->p + m->total - body));

@@ -404,7 +404,7 @@ bool server_usable(struct server *s);
 struct rq *rq_push(struct server *s, enum rq_kind kind, uint16_t flags); /* NULL: oom */
 bool rq_full(const struct server *s);
 /* Whether a request still unanswered, in an earlier batch (a Sync after
- * it), registered the client's `name`, or prepares `st` on the server (both
+ * it), registered or closed the client's `name`, or prepares `st` on the server (both
  * NULL: prepares or closes any of the proxy's statements there): if that
  * batch fails, they are undone, so what depends on them waits. */
 bool rq_unsettled(const struct server *s, const char *name, const struct stmt *st);

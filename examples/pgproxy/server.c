@@ -130,7 +130,8 @@ bool rq_unsettled(const struct server *s, const char *name, const struct stmt *s
 			sync_after = true;
 		else if (!name && !st && (e->flags & RQ_STMTS) && (sync_after || e->kind == RQ_QUERY))
 			return true; /* a Query's answer comes with its ReadyForQuery */
-		else if (sync_after && ((name && (e->flags & RQ_NAMES) && e->name && !strcmp(e->name, name)) ||
+		else if (sync_after && ((name && (e->flags & (RQ_NAMES | RQ_CLOSES)) && e->name && !strcmp(e->name, name)) ||
+					(name && (e->flags & RQ_DEALLOC_ALL)) ||
 					(st && (e->flags & RQ_PREPARES) && e->stmt == st) ||
 					(!name && !st && ((e->flags & RQ_PREPARES) ||
 							  (e->kind == RQ_CLOSE && (e->flags & RQ_SWALLOW))))))
