@@ -44,6 +44,7 @@ static void start_acquire(struct client *c);
 static void got_turn(struct client *c);
 static void send_login(struct client *c);
 static bool deallocate_parse(struct client *c, const struct msg *m);
+static bool dealloc_unsettled(struct client *c, const char *q, size_t n);
 
 static void set_state(struct client *c, enum cstate st)
 {
@@ -745,7 +746,8 @@ static void parse_msg(struct client *c, const struct msg *m)
 	if (!nlen) {
 		if (P.cfg.max_prepared && m->total <= 5 + PEEK_MAX && need - 6 >= 10 &&
 		    !strncasecmp(skip_space(m->p + 6, m->p + need), "deallocate", 10)) {
-			if (rq_unsettled(c->srv, NULL, NULL))
+			long qlen = cstr(m->p + 6, m->p + m->total);
+			if (qlen >= 0 && dealloc_unsettled(c, m->p + 6, (size_t)qlen))
 				return;
 			if (deallocate_parse(c, m))
 				return;
@@ -962,6 +964,16 @@ static int parse_deallocate(const char *q, size_t n, char *name, size_t nn)
 	return q == end ? kind : 0;
 }
 
+/* Whether a DEALLOCATE in q (n bytes) depends on an earlier batch still
+ * unanswered: one that made, closed or prepares the name (or any). */
+static bool dealloc_unsettled(struct client *c, const char *q, size_t n)
+{
+	char name[256];
+	int kind = parse_deallocate(q, n, name, sizeof(name));
+	return kind && (rq_unsettled(c->srv, NULL, NULL) ||
+			(kind == 1 && rq_unsettled(c->srv, name, NULL)));
+}
+
 /* DEALLOCATE of the client's own names in a simple query: the proxy
  * answers it, in order (DEALLOCATE ALL too: the connection's statements
  * are the proxy's, other clients' as well).  false: the server is to run
@@ -1048,12 +1060,12 @@ static void query_msg(struct client *c, const struct msg *m)
 	    m->total <= 5 + PEEK_MAX) {
 		if (!have(c, m, m->total))
 			return;
+		if (dealloc_unsettled(c, m->p + 5, m->total - 5))
+			return; /* does the name exist?  Earlier batches' answers tell */
 		if (deallocate(c, m->p + 5, m->total - 5)) {
 			drop(c, m);
 			return;
 		}
-		if (rq_unsettled(c->srv, NULL, NULL))
-			return;
 		if (deallocate_rewrite(c, m, m->p + 5, strnlen(m->p + 5, m->total - 5)))
 			return;
 	}
