@@ -816,6 +816,8 @@ static void bind_msg(struct client *c, const struct msg *m)
 		forward(c, m, RQ_BIND);
 		return;
 	}
+	if (P.cfg.max_prepared && rq_unsettled(c->srv, sname, NULL))
+		return; /* does the name exist?  Earlier batches' answers tell */
 	struct stmt *st = P.cfg.max_prepared ? stmt_map_find(c->stmts, sname) : NULL;
 	if (!P.cfg.max_prepared) {
 		refuse_unsupported(c, sname);
@@ -890,6 +892,8 @@ static void stmt_msg(struct client *c, const struct msg *m)
 		forward(c, m, m->type == 'D' ? RQ_DESCRIBE : RQ_CLOSE);
 		return;
 	}
+	if (P.cfg.max_prepared && rq_unsettled(c->srv, name, NULL))
+		return; /* does the name exist?  Earlier batches' answers tell */
 	if (m->type == 'C') { /* answered in order by the proxy */
 		if (!close_name(c, RQ_CLOSE, '3', name))
 			c->out.oom = true;
