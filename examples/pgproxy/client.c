@@ -989,8 +989,10 @@ static bool deallocate(struct client *c, const char *q, size_t n)
 	int kind = parse_deallocate(q, n, name, sizeof(name));
 	if (!kind || (kind == 1 && !stmt_map_find(c->stmts, name)))
 		return false;
-	if (c->srv->rq_len || c->status == 'E')
-		return false; /* whether it succeeds depends on what is in flight */
+	if (c->srv->rq_len || c->status == 'E' || c->ext_open)
+		return false; /* whether it succeeds depends on what is in flight; in
+			       * an extended batch a simple query also drops the
+			       * unnamed statement: the server is to run it */
 	if (kind == 1) {
 		if (!close_name(c, RQ_QUERY, 'C', name))
 			c->out.oom = true;
