@@ -474,7 +474,10 @@ def case_2a(ctx):
     sql = "select $1::int + 1 as answer /* a Parse longer than the name the proxy inspects */"
     batch = Parse("", sql, (23,)) + Bind("", "", ["41"]) + Execute() + SYNC
     c.send(batch[:20])  # inside the Parse's header and statement text
-    time.sleep(0.3)    # a pause, so that the proxy reads the first part alone
+    # A pause, so that the proxy most likely reads the first part alone: it
+    # makes the split, it synchronises nothing (the answer is checked either
+    # way; tests/fuzz/pgproxy_replay.sh splits every seed deterministically).
+    time.sleep(0.3)
     c.send(batch[20:])
     try:
         msgs = c.until_ready(5.0)
@@ -749,7 +752,7 @@ def slow_pipeline(c, chunk, count, pause, deadline_s=30):
 
     th = threading.Thread(target=sender, daemon=True)
     th.start()
-    time.sleep(0.2)  # nothing read meanwhile
+    time.sleep(0.2)  # nothing read meanwhile: the load is a slow reader's, no result waits on it
     data = bytearray()
     deadline = time.monotonic() + deadline_s
     quiet_until = None
