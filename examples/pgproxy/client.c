@@ -1338,7 +1338,7 @@ void client_fatal(struct client *c, const char *code, const char *fmt, ...)
 	c->ticks++;
 }
 
-bool client_idle_for_shutdown(const struct client *c)
+static bool client_idle_for_shutdown(const struct client *c)
 {
 	return c->state == C_STARTUP || (c->state == C_IDLE && !c->login) || c->state == C_ADMIN;
 }

@@ -178,7 +178,6 @@ struct band_rule {
 };
 
 struct config {
-	char *listen_host, *listen_dir;
 	int listen_port;
 	char server_host[256];
 	int server_port;
@@ -398,7 +397,6 @@ struct server {
 
 struct server *server_new(struct upool *u); /* NULL: out of memory */
 void server_destroy(struct server *s);      /* closes it and gives its place back */
-void server_drop_idle(void *item);
 bool server_usable(struct server *s);
 /* The proxy's own request on a linked connection (SETs, Parse, Close). */
 struct rq *rq_push(struct server *s, enum rq_kind kind, uint16_t flags); /* NULL: oom */
@@ -458,7 +456,6 @@ struct client *client_new(struct loop *l, int fd);
 void client_event(struct client *c, uint32_t events);
 void server_event(struct watch *w, uint32_t events);
 void client_shutdown(struct client *c); /* the proxy is stopping */
-bool client_idle_for_shutdown(const struct client *c);
 void client_tick(struct client *c, int64_t now); /* login and connect timeouts */
 void conn_free(struct watch *w);
 

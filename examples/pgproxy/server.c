@@ -78,8 +78,6 @@ void server_destroy(struct server *s)
 	upool_put(u);
 }
 
-void server_drop_idle(void *item) { server_destroy(item); }
-
 /* An idle connection taken from the pool is usable when it is not past
  * its lifetime and the server has not closed it (or said anything) since. */
 bool server_usable(struct server *s)
