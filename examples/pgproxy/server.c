@@ -126,8 +126,11 @@ bool rq_unsettled(const struct server *s, const char *name, const struct stmt *s
 		const struct rq *e = &s->rq[(s->rq_head + i) % s->rq_cap];
 		if (e->kind == RQ_SYNC)
 			sync_after = true;
-		else if (!name && !st && (e->flags & RQ_STMTS) && (sync_after || e->kind == RQ_QUERY))
-			return true; /* a Query's answer comes with its ReadyForQuery */
+		else if (!name && !st && (e->flags & RQ_STMTS) &&
+			 (sync_after || (e->kind == RQ_QUERY && !s->skipping)))
+			return true; /* a Query's answer comes with its ReadyForQuery,
+				      * unless an error before it skips it: with no
+				      * Sync sent yet, waiting would wait for ever */
 		else if (sync_after && ((name && (e->flags & (RQ_NAMES | RQ_CLOSES)) && e->name && !strcmp(e->name, name)) ||
 					(name && (e->flags & RQ_DEALLOC_ALL)) ||
 					(st && (e->flags & RQ_PREPARES) && e->stmt == st) ||
