@@ -121,16 +121,20 @@ static struct rq *rq_front(struct server *s) { return s->rq_len ? &s->rq[s->rq_h
 
 bool rq_unsettled(const struct server *s, const char *name, const struct stmt *st)
 {
+	/* after an error, the requests before the first Sync are skipped: a
+	 * Query among them has no answer before the client's Sync, so waiting
+	 * for it would wait for ever */
+	unsigned doomed = 0;
+	while (s->skipping && doomed < s->rq_len && s->rq[(s->rq_head + doomed) % s->rq_cap].kind != RQ_SYNC)
+		doomed++;
 	bool sync_after = false;
 	for (unsigned i = s->rq_len; i-- > 0;) { /* newest first */
 		const struct rq *e = &s->rq[(s->rq_head + i) % s->rq_cap];
 		if (e->kind == RQ_SYNC)
 			sync_after = true;
 		else if (!name && !st && (e->flags & RQ_STMTS) &&
-			 (sync_after || (e->kind == RQ_QUERY && !s->skipping)))
-			return true; /* a Query's answer comes with its ReadyForQuery,
-				      * unless an error before it skips it: with no
-				      * Sync sent yet, waiting would wait for ever */
+			 (sync_after || (e->kind == RQ_QUERY && i >= doomed)))
+			return true; /* a Query's answer comes with its ReadyForQuery */
 		else if (sync_after && ((name && (e->flags & (RQ_NAMES | RQ_CLOSES)) && e->name && !strcmp(e->name, name)) ||
 					(name && (e->flags & RQ_DEALLOC_ALL)) ||
 					(st && (e->flags & RQ_PREPARES) && e->stmt == st) ||
