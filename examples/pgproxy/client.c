@@ -744,6 +744,7 @@ static void parse_msg(struct client *c, const struct msg *m)
 	}
 	c->ext_open = true;
 	if (!nlen) {
+		c->srv->unnamed = true;
 		if (P.cfg.max_prepared && m->total <= 5 + PEEK_MAX && need - 6 >= 10 &&
 		    !strncasecmp(skip_space(m->p + 6, m->p + need), "deallocate", 10)) {
 			long qlen = cstr(m->p + 6, m->p + m->total);
@@ -989,10 +990,10 @@ static bool deallocate(struct client *c, const char *q, size_t n)
 	int kind = parse_deallocate(q, n, name, sizeof(name));
 	if (!kind || (kind == 1 && !stmt_map_find(c->stmts, name)))
 		return false;
-	if (c->srv->rq_len || c->status == 'E' || c->ext_open)
-		return false; /* whether it succeeds depends on what is in flight; in
-			       * an extended batch a simple query also drops the
-			       * unnamed statement: the server is to run it */
+	if (c->srv->rq_len || c->status == 'E' || c->ext_open || c->srv->unnamed)
+		return false; /* whether it succeeds depends on what is in flight; a
+			       * simple query also drops the unnamed statement
+			       * (regress-13, 16): the server is to run it */
 	if (kind == 1) {
 		if (!close_name(c, RQ_QUERY, 'C', name))
 			c->out.oom = true;

@@ -388,6 +388,7 @@ struct server {
 	bool dirty;              /* DISCARD or an unknown state: not reused */
 	bool stmts_unknown;      /* after a skipped prepare: close before preparing */
 	bool copy_in_ext;        /* in an Execute's COPY FROM STDIN: Syncs are ignored */
+	bool unnamed;            /* may have an unnamed statement (a simple query drops it) */
 	/* the requests in flight, a ring */
 	struct rq *rq;
 	unsigned rq_head, rq_len, rq_cap;

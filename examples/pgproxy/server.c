@@ -119,6 +119,15 @@ struct rq *rq_push(struct server *s, enum rq_kind kind, uint16_t flags)
 
 static struct rq *rq_front(struct server *s) { return s->rq_len ? &s->rq[s->rq_head] : NULL; }
 
+/* Whether a Parse was sent after the front request (it may be unnamed). */
+static bool rq_parse_after(const struct server *s)
+{
+	for (unsigned i = 1; i < s->rq_len; i++)
+		if (s->rq[(s->rq_head + i) % s->rq_cap].kind == RQ_PARSE)
+			return true;
+	return false;
+}
+
 bool rq_unsettled(const struct server *s, const char *name, const struct stmt *st)
 {
 	/* after an error, the requests before the first Sync are skipped: a
@@ -293,6 +302,8 @@ static bool server_message(struct client *c, const struct msg *m)
 		if (!swallow)
 			c->status = m->p[5];
 		s->skipping = false;
+		if (e->kind == RQ_QUERY && !rq_parse_after(s))
+			s->unnamed = false; /* a simple query that ran dropped it */
 		pop = true;
 		break;
 	case 'S':
