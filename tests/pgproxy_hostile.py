@@ -1285,6 +1285,69 @@ def case_11b(ctx):
     return "EOF with no bytes sent"
 
 
+# ---- 12: the proxy's own requests around a client's prepared statements
+# (--max-prepared): what the client gets is what PostgreSQL itself says.
+# Each script is sent in one write, through the proxy and direct; the
+# transcripts (message types, SQLSTATEs, command tags, rows) must agree.
+
+
+def transcript(c, data, readies, timeout=10.0):
+    c.send(data)
+    deadline = time.monotonic() + timeout
+    out = []
+    while readies:
+        try:
+            t, b = c.read_msg(deadline)
+        except Timeout:
+            out.append("(no more answers)")
+            break
+        if t == b"E":
+            out.append("E " + error_fields(b).get("C", "?"))
+        elif t == b"C":
+            out.append("C " + b.rstrip(b"\0").decode())
+        elif t == b"D":
+            out.append("D %r" % datarow(b))
+        elif t == b"Z":
+            out.append("Z " + b.decode())
+            readies -= 1
+        elif t not in (b"S", b"N"):
+            out.append(t.decode())
+    return out
+
+
+def same_as_direct(ctx, script, readies):
+    direct = ctx.direct()
+    want = transcript(direct, script, readies)
+    quiet_close(direct)
+    c = ctx.client()
+    got = transcript(c, script, readies)
+    quiet_close(c)
+    if got != want:
+        raise Failure("through the proxy %s; direct %s" % (" ".join(got), " ".join(want)))
+    return " ".join(got)
+
+
+@case("12a", "DEALLOCATE of a statement not on the connection, in an aborted transaction")
+def case_12a(ctx):
+    script = (Parse("s1", "select 1") + SYNC + Q("BEGIN") + Q("select 1/0") + Q("DEALLOCATE s1") +
+              Q("select 2") + Q("ROLLBACK") + Q("DEALLOCATE s1") + Q("select 3"))
+    return same_as_direct(ctx, script, 8)
+
+
+@case("12b", "DEALLOCATE ALL after an unnamed statement, then a Bind of it")
+def case_12b(ctx):
+    script = (Q("BEGIN") + Parse("", "select 4") + SYNC + Q("DEALLOCATE ALL") +
+              Bind() + Execute() + SYNC + Q("ROLLBACK"))
+    return same_as_direct(ctx, script, 5)
+
+
+@case("12c", "a DEALLOCATE inside a batch a failed Parse is skipping, then a named Parse and the Sync")
+def case_12c(ctx):
+    script = (Q("BEGIN") + Parse("s2", "selec 1") + Q("DEALLOCATE s2") + Parse("s3", "select 5") +
+              SYNC + Q("ROLLBACK"))
+    return same_as_direct(ctx, script, 3)
+
+
 # ------------------------------------------------------------ health
 
 

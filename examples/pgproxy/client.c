@@ -621,6 +621,23 @@ static void stmt_server_name(const struct stmt *st, char *out, size_t n)
 	snprintf(out, n, "pgproxy_%" PRIu64, stmt_id(st));
 }
 
+/* A Close of the server's copy of statement `id`, its answer swallowed
+ * (never an error, even where the copy is absent). */
+static bool close_server_copy(struct server *s, uint64_t id)
+{
+	char name[32];
+	struct pkt k;
+	if (!rq_push(s, RQ_CLOSE, RQ_SWALLOW))
+		return false;
+	snprintf(name, sizeof(name), "pgproxy_%" PRIu64, id);
+	pkt_begin(&k, 'C');
+	pkt_u8(&k, 'S');
+	pkt_str(&k, name);
+	pkt_end(&k, &s->out);
+	srv_stmts_forget(s->stmts, id);
+	return true;
+}
+
 /* Prepares the statement on the client's connection under the proxy's
  * name, after a Close of the least recently used one if the connection is
  * full.  `flags`: RQ_SWALLOW for a Parse the proxy adds before a use, or
@@ -631,28 +648,13 @@ static bool prepare_on_server(struct client *c, struct stmt *st, uint16_t flags,
 	uint64_t ev;
 	char name[32];
 	struct pkt k;
-	if (s->stmts_unknown || srv_stmts_has(s->stmts, stmt_id(st))) {
-		/* It has it (or may: s->stmts_unknown), but whether this Parse would succeed depends on what
-		 * is still in flight (an aborted transaction refuses it): ask the
-		 * server, after a Close of its copy (never an error). */
-		if (!rq_push(s, RQ_CLOSE, RQ_SWALLOW))
-			return false;
-		stmt_server_name(st, name, sizeof(name));
-		pkt_begin(&k, 'C');
-		pkt_u8(&k, 'S');
-		pkt_str(&k, name);
-		pkt_end(&k, &s->out);
-		srv_stmts_forget(s->stmts, stmt_id(st));
-	}
-	if (srv_stmts_add(s->stmts, stmt_id(st), &ev)) {
-		if (!rq_push(s, RQ_CLOSE, RQ_SWALLOW))
-			return false;
-		snprintf(name, sizeof(name), "pgproxy_%" PRIu64, ev);
-		pkt_begin(&k, 'C');
-		pkt_u8(&k, 'S');
-		pkt_str(&k, name);
-		pkt_end(&k, &s->out);
-	}
+	/* It has it (or may: s->stmts_unknown), but whether this Parse would
+	 * succeed depends on what is still in flight (an aborted transaction
+	 * refuses it): ask the server, after a Close of its copy. */
+	if ((s->stmts_unknown || srv_stmts_has(s->stmts, stmt_id(st))) && !close_server_copy(s, stmt_id(st)))
+		return false;
+	if (srv_stmts_add(s->stmts, stmt_id(st), &ev) && !close_server_copy(s, ev))
+		return false; /* evicted: its copy goes */
 	struct rq *e = rq_push(s, RQ_PARSE, flags | RQ_PREPARES);
 	if (!e || (cname && !(e->name = strdup(cname))))
 		return false;
@@ -1019,13 +1021,38 @@ static bool deallocate(struct client *c, const char *q, size_t n)
  * server runs it as sent). */
 static bool deallocate_rewrite(struct client *c, const struct msg *m, const char *q, size_t qlen)
 {
-	char name[256], sql[48];
+	char name[256], sql[96];
 	if (parse_deallocate(q, qlen, name, sizeof(name)) != 1)
 		return false;
 	struct stmt *st = stmt_map_find(c->stmts, name);
-	if (!st || !ensure_prepared(c, st) || !rq_push(c->srv, m->type == 'Q' ? RQ_QUERY : RQ_PARSE, 0))
+	if (!st)
 		return false;
-	snprintf(sql, sizeof(sql), "DEALLOCATE pgproxy_%" PRIu64, stmt_id(st));
+	struct server *s = c->srv;
+	uint64_t id = stmt_id(st);
+	uint16_t flags = RQ_CLOSES;
+	sql[0] = 0;
+	if (m->type == 'Q' && (!srv_stmts_has(s->stmts, id) || s->stmts_unknown)) {
+		/* Not on this connection (or not known to be).  A Parse of the
+		 * proxy's before the client's query would, if it failed (an
+		 * aborted transaction), make the server skip the query and all
+		 * after it up to a Sync that may never come (regress-17): one
+		 * simple query instead, that prepares a stand-in and drops it,
+		 * its PREPARE tag not relayed.  A Close first if it may be there. */
+		if (s->stmts_unknown && !close_server_copy(s, id))
+			goto oom;
+		flags |= RQ_QUIET_PREPARE;
+		snprintf(sql, sizeof(sql), "PREPARE pgproxy_%" PRIu64 " AS SELECT;", id);
+	} else if (m->type == 'P' && !ensure_prepared(c, st)) {
+		goto oom;
+	}
+	struct rq *e = rq_push(s, m->type == 'Q' ? RQ_QUERY : RQ_PARSE, flags);
+	if (!e || !(e->name = strdup(name)))
+		goto oom;
+	/* the name goes now, as close_name's; it comes back if this fails */
+	e->stmt = stmt_hold(st);
+	e->reg = stmt_map_reg(c->stmts, name);
+	size_t at = strlen(sql);
+	snprintf(sql + at, sizeof(sql) - at, "DEALLOCATE pgproxy_%" PRIu64, id);
 	struct pkt k;
 	pkt_begin(&k, m->type);
 	if (m->type == 'P')
@@ -1035,13 +1062,16 @@ static bool deallocate_rewrite(struct client *c, const struct msg *m, const char
 		const char *rest = q + qlen + 1;
 		pkt_bytes(&k, rest, (size_t)(m->p + m->total - rest));
 	}
-	pkt_end(&k, &c->srv->out);
+	pkt_end(&k, &s->out);
 	/* the server's copy goes when it runs: what it has is not known in
 	 * between, so later prepares close first */
-	srv_stmts_forget(c->srv->stmts, stmt_id(st));
-	c->srv->stmts_unknown = true;
+	srv_stmts_forget(s->stmts, id);
+	s->stmts_unknown = true;
 	stmt_map_remove(c->stmts, name);
 	drop(c, m);
+	return true;
+oom:
+	s->out.oom = true; /* the driver closes the client */
 	return true;
 }
 

@@ -362,11 +362,13 @@ enum {
 	RQ_CLOSES = 64, /* closed the client's `name` (`stmt`): back if skipped */
 	RQ_DEALLOC_ALL = 128, /* DEALLOCATE ALL, answered by the proxy */
 	RQ_STMTS = 256, /* forwarded DISCARD or DEALLOCATE: statements may go */
+	RQ_QUIET_PREPARE = 512, /* its PREPARE's CommandComplete is not relayed */
 };
 struct rq {
 	uint8_t kind;
 	uint16_t flags;
 	char synth;          /* RQ_SYNTH: the message to make ('1', '3', 'C'...) */
+	bool erred;          /* a Query's ErrorResponse came: it ends failed */
 	struct stmt *stmt;   /* a Parse of it (RQ_PREPARES: on this server) */
 	char *name;          /* the client's name it registers or closes */
 	uint64_t reg;        /* ...and that name's registration (stmt_map_reg) */

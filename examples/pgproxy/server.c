@@ -139,12 +139,15 @@ bool rq_unsettled(const struct server *s, const char *name, const struct stmt *s
 	bool sync_after = false;
 	for (unsigned i = s->rq_len; i-- > 0;) { /* newest first */
 		const struct rq *e = &s->rq[(s->rq_head + i) % s->rq_cap];
-		if (e->kind == RQ_SYNC)
+		if (e->kind == RQ_SYNC) {
 			sync_after = true;
-		else if (!name && !st && (e->flags & RQ_STMTS) &&
-			 (sync_after || (e->kind == RQ_QUERY && i >= doomed)))
-			return true; /* a Query's answer comes with its ReadyForQuery */
-		else if (sync_after && ((name && (e->flags & (RQ_NAMES | RQ_CLOSES)) && e->name && !strcmp(e->name, name)) ||
+			continue;
+		}
+		/* a Query's answer comes with its own ReadyForQuery */
+		bool answered = sync_after || (e->kind == RQ_QUERY && i >= doomed);
+		if (!name && !st && (e->flags & RQ_STMTS) && answered)
+			return true;
+		if (answered && ((name && (e->flags & (RQ_NAMES | RQ_CLOSES)) && e->name && !strcmp(e->name, name)) ||
 					(name && (e->flags & RQ_DEALLOC_ALL)) ||
 					(st && (e->flags & RQ_PREPARES) && e->stmt == st) ||
 					(!name && !st && ((e->flags & RQ_PREPARES) ||
@@ -305,6 +308,7 @@ static bool server_message(struct client *c, const struct msg *m)
 		if (e->kind == RQ_QUERY && !rq_parse_after(s))
 			s->unnamed = false; /* a simple query that ran dropped it */
 		pop = true;
+		failed = e->erred; /* a DEALLOCATE that failed gives its name back */
 		break;
 	case 'S':
 		if (m->total <= PEEK_MAX) {
@@ -334,6 +338,8 @@ static bool server_message(struct client *c, const struct msg *m)
 		if (!ends_with_z(e)) { /* ends an extended request: skip to Sync */
 			pop = failed = true;
 			s->skipping = true;
+		} else {
+			e->erred = true;
 		}
 		break;
 	case '1': case '2': case '3':
@@ -347,6 +353,8 @@ static bool server_message(struct client *c, const struct msg *m)
 		if (m->have < need)
 			return false;
 		command_tag(c, m->p + 5, need - 5, swallow);
+		if (e && (e->flags & RQ_QUIET_PREPARE) && need - 5 == 8 && !memcmp(m->p + 5, "PREPARE", 8))
+			swallow = true; /* the stand-in of a DEALLOCATE (client.c) */
 		pop = e && e->kind == RQ_EXECUTE;
 		break;
 	}

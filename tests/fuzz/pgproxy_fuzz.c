@@ -663,6 +663,19 @@ static int f_exec(struct fconn *f, const char *q, bool simple, struct named *por
 		f_complete(f, "DISCARD ALL");
 		return XR_OK;
 	}
+	if (!strcmp(w, "PREPARE")) { /* PREPARE name AS query: the name, unquoted */
+		char name[128];
+		first_word(rest, name, sizeof(name));
+		for (char *c = name; *c; c++)
+			*c = (char)tolower((unsigned char)*c);
+		if (names_find(&f->stmts, name)) {
+			f_error(f, "ERROR", "42P05", "prepared statement already exists");
+			return XR_ERR;
+		}
+		names_add(&f->stmts, name, "");
+		f_complete(f, "PREPARE");
+		return XR_OK;
+	}
 	if (!strcmp(w, "DEALLOCATE")) {
 		char name[128];
 		const char *r = first_word(rest, name, sizeof(name));
