@@ -1769,11 +1769,20 @@ static bool known4;
 /* Known frontend message types, lengths in range: split invariance holds. */
 static bool q_in_batch;
 
+/* A departure the README lists: the unnamed statement does not outlive a
+ * transaction, and whether it is still there after a Sync depends on
+ * whether the connection was given back in between, which depends on how
+ * the stream arrived (a transaction pipelined after another runs on the
+ * same connection).  A stream with a Bind or Describe of the unnamed
+ * statement and no unnamed Parse since the last Sync is not compared. */
+static bool unnamed_late;
+
 static bool stream_valid(const char *p, size_t n)
 {
 	size_t i = 0;
 	bool ext_open = false;
 	bool closed = false;
+	bool unnamed_parsed = false; /* since the last Sync */
 	char parsed[16][64];
 	int nparsed = 0;
 	while (i < n) {
@@ -1795,7 +1804,16 @@ static bool stream_valid(const char *p, size_t n)
 		if (strchr("PBDCE", p[i]))
 			ext_open = true;
 		else if (p[i] == 'S')
-			ext_open = false;
+			ext_open = unnamed_parsed = false;
+		if (p[i] == 'P' && len > 4 && !p[i + 5])
+			unnamed_parsed = true;
+		if (!unnamed_parsed && p[i] == 'B' && len > 5) { /* the statement after the portal */
+			size_t pl = strnlen(p + i + 5, len - 4);
+			if (pl + 1 < len - 4 && !p[i + 5 + pl + 1])
+				unnamed_late = true;
+		}
+		if (!unnamed_parsed && p[i] == 'D' && len > 5 && p[i + 5] == 'S' && !p[i + 6])
+			unnamed_late = true;
 		else if ((p[i] == 'Q' || p[i] == 'F') && ext_open)
 			q_in_batch = true;
 		if (closed && p[i] == 'B' && len > 5) { /* a Bind of a named statement after a Close */
@@ -1867,10 +1885,10 @@ static bool parse_spec(struct spec *sp, const uint8_t *d, size_t n)
 		gen_stream(&sp->stream, d + at, n - at);
 	else
 		hb_put(&sp->stream, d + at, n - at);
-	known4 = q_in_batch = false;
+	known4 = q_in_batch = unnamed_late = false;
 	sp->valid = sp->kind != 2 && !sp->hostile &&
 		    stream_valid(hb_data(&sp->stream) + sp->startup_len, hb_len(&sp->stream) - sp->startup_len);
-	if (known4 && !STRICT(4))
+	if ((known4 && !STRICT(4)) || unnamed_late)
 		sp->valid = false;
 	sp->q_in_batch = q_in_batch;
 	return true;
