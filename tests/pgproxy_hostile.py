@@ -1348,6 +1348,27 @@ def case_12c(ctx):
     return same_as_direct(ctx, script, 3)
 
 
+@case("12d", "after an error, a DEALLOCATE and a Parse of the same name the server skips")
+def case_12d(ctx):
+    script = (Parse("foo", "select 1") + SYNC + Parse("", "select no_such_column") + Bind() + Execute() +
+              Q("DEALLOCATE foo") + Parse("foo", "select 2") + SYNC + Bind("", "foo") + Execute() + SYNC)
+    return same_as_direct(ctx, script, 3)
+
+
+@case("12e", "a DEALLOCATE whose implicit commit fails (a deferred unique constraint)")
+def case_12e(ctx):
+    d = ctx.direct()
+    d.query("drop table if exists hostile_12e; create table hostile_12e (i int unique deferrable initially deferred);"
+            "insert into hostile_12e values (1)")
+    try:
+        script = (Parse("foo", "select 1") + SYNC + Parse("", "insert into hostile_12e values (1)") + Bind() +
+                  Execute() + Q("DEALLOCATE foo") + SYNC + Bind("", "foo") + Execute() + SYNC)
+        return same_as_direct(ctx, script, 4)
+    finally:
+        d.query("drop table hostile_12e")
+        quiet_close(d)
+
+
 # ------------------------------------------------------------ health
 
 

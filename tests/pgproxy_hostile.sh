@@ -215,7 +215,7 @@ run_group fds "$real" 64 "" --pool-size 2 -- 8a
 run_group login "$real" "" "" --client-login-timeout 1s -- 8b
 run_group encoding "$real" "" "" --pool-size 1 -- 9a 9b 9c
 run_group ignore "$real" "" "" --pool-size 1 --ignore-startup-parameters options -- 9d
-run_group prepared "$real" "" "" --pool-size 1 --max-prepared 100 -- 12a 12b 12c
+run_group prepared "$real" "" "" --pool-size 1 --max-prepared 100 -- 12a 12b 12c 12d 12e
 
 if [ "$failures" -ne 0 ]; then
 	echo "$name: $failures failed:$failed"

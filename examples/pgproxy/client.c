@@ -1268,6 +1268,9 @@ static void client_input(struct client *c)
 			return; /* the server catches up first */
 		uint64_t mark = c->in.moved + c->out.moved + c->ticks;
 		c->in_need = 0;
+		if (c->state == C_LINKED && !c->skipping && m.type != 'S' && rq_skips_next(c->srv))
+			c->skipping = true; /* the server would skip it: it changes nothing (no
+					     * name of the client's is made or closed) */
 		if (c->state == C_ADMIN) {
 			admin_message(c, &m);
 		} else if (c->skipping) {

@@ -368,7 +368,7 @@ struct rq {
 	uint8_t kind;
 	uint16_t flags;
 	char synth;          /* RQ_SYNTH: the message to make ('1', '3', 'C'...) */
-	bool erred;          /* a Query's ErrorResponse came: it ends failed */
+	bool not_run;        /* a Query's error says it did not run: it ends failed */
 	struct stmt *stmt;   /* a Parse of it (RQ_PREPARES: on this server) */
 	char *name;          /* the client's name it registers or closes */
 	uint64_t reg;        /* ...and that name's registration (stmt_map_reg) */
@@ -409,6 +409,9 @@ bool rq_full(const struct server *s);
  * NULL: prepares or closes any of the proxy's statements there): if that
  * batch fails, they are undone, so what depends on them waits. */
 bool rq_unsettled(const struct server *s, const char *name, const struct stmt *st);
+/* Whether the server skips what the client sends next: an error came and
+ * the Sync it skips to is not sent yet. */
+bool rq_skips_next(const struct server *s);
 bool server_idle(const struct server *s); /* nothing in flight either way */
 
 /* ---------------------------------------------------------------- client.c */
@@ -430,7 +433,7 @@ struct client {
 	enum cstate state;
 	bool login;          /* acquiring to learn or check the login's parameters */
 	bool closing;        /* flush what is queued, then close */
-	bool skipping;       /* dropping messages up to a Sync (refused batch) */
+	bool skipping;       /* dropping messages up to a Sync (a batch refused, or one the server skips) */
 	bool queued;         /* counted in pool->waiting[band] */
 	bool admin_refused;  /* admin console: refused an extended batch */
 	bool ext_open;       /* extended-protocol messages since the last Sync */

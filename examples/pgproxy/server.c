@@ -128,6 +128,16 @@ static bool rq_parse_after(const struct server *s)
 	return false;
 }
 
+bool rq_skips_next(const struct server *s)
+{
+	if (!s->skipping)
+		return false;
+	for (unsigned i = 0; i < s->rq_len; i++)
+		if (s->rq[(s->rq_head + i) % s->rq_cap].kind == RQ_SYNC)
+			return false;
+	return true;
+}
+
 bool rq_unsettled(const struct server *s, const char *name, const struct stmt *st)
 {
 	/* after an error, the requests before the first Sync are skipped: a
@@ -308,7 +318,7 @@ static bool server_message(struct client *c, const struct msg *m)
 		if (e->kind == RQ_QUERY && !rq_parse_after(s))
 			s->unnamed = false; /* a simple query that ran dropped it */
 		pop = true;
-		failed = e->erred; /* a DEALLOCATE that failed gives its name back */
+		failed = e->not_run; /* a DEALLOCATE that did not run gives its name back */
 		break;
 	case 'S':
 		if (m->total <= PEEK_MAX) {
@@ -338,8 +348,16 @@ static bool server_message(struct client *c, const struct msg *m)
 		if (!ends_with_z(e)) { /* ends an extended request: skip to Sync */
 			pop = failed = true;
 			s->skipping = true;
-		} else {
-			e->erred = true;
+		} else if (e->flags & RQ_CLOSES) {
+			/* a DEALLOCATE refused in an aborted transaction did not run;
+			 * after other errors it may have (a failed implicit commit
+			 * does not bring a statement back) */
+			size_t need = m->total < PEEK_MAX ? m->total : PEEK_MAX;
+			if (m->have < need)
+				return false;
+			struct pg_error pe;
+			parse_error(m->p + 5, need - 5, &pe);
+			e->not_run = !strcmp(pe.code, "25P02");
 		}
 		break;
 	case '1': case '2': case '3':
