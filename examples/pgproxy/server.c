@@ -327,17 +327,26 @@ static bool server_message(struct client *c, const struct msg *m)
 			param_status(c, m);
 		}
 		break;
-	case 'E':
+	case 'E': {
 		if (!e) { /* e.g. FATAL from pg_terminate_backend: relay, then it closes */
 			s->dirty = true;
 			break;
 		}
-		if (e->flags & RQ_PARAMS) {
+		/* a DEALLOCATE refused in an aborted transaction did not run;
+		 * after other errors it may have (a failed implicit commit does
+		 * not bring a statement back) */
+		bool closes = ends_with_z(e) && (e->flags & RQ_CLOSES);
+		if ((e->flags & RQ_PARAMS) || closes) { /* read before any side effect */
 			size_t need = m->total < PEEK_MAX ? m->total : PEEK_MAX;
 			if (m->have < need)
 				return false;
-			parse_error(m->p + 5, need - 5, &c->param_err);
-			c->param_failed = true;
+			struct pg_error pe;
+			parse_error(m->p + 5, need - 5, &pe);
+			if (e->flags & RQ_PARAMS) {
+				c->param_err = pe;
+				c->param_failed = true;
+			}
+			e->not_run = closes && !strcmp(pe.code, "25P02");
 		}
 		if (e->flags & RQ_MARKER) {
 			send_refusal(c, e->why);
@@ -348,18 +357,9 @@ static bool server_message(struct client *c, const struct msg *m)
 		if (!ends_with_z(e)) { /* ends an extended request: skip to Sync */
 			pop = failed = true;
 			s->skipping = true;
-		} else if (e->flags & RQ_CLOSES) {
-			/* a DEALLOCATE refused in an aborted transaction did not run;
-			 * after other errors it may have (a failed implicit commit
-			 * does not bring a statement back) */
-			size_t need = m->total < PEEK_MAX ? m->total : PEEK_MAX;
-			if (m->have < need)
-				return false;
-			struct pg_error pe;
-			parse_error(m->p + 5, need - 5, &pe);
-			e->not_run = !strcmp(pe.code, "25P02");
 		}
 		break;
+	}
 	case '1': case '2': case '3':
 		pop = e && !ends_with_z(e);
 		break;
