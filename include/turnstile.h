@@ -22,5 +22,6 @@
 #include <turnstile/gate.h>
 #include <turnstile/waitlist.h>
 #include <turnstile/async.h>
+#include <turnstile/shared.h>
 
 #endif

@@ -61,9 +61,9 @@ static bool nudge_batch(ts_cancel *c)
 		}
 		uint32_t s = WAITER_SLEEPING;
 		if (atomic_compare_exchange_strong_explicit(
-			    &w->state, &s, WAITER_QUEUED, memory_order_seq_cst,
+			    w->word, &s, WAITER_QUEUED, memory_order_seq_cst,
 			    memory_order_relaxed))
-			wakeups_add(&wk, &w->state);
+			wakeups_add_waiter(&wk, w);
 	}
 	spin_unlock(&c->private_lock);
 	bool more = wk.n > WAKE_BATCH - 2;

@@ -39,6 +39,7 @@ TS_API ts_turnstile *ts_turnstile_new(int64_t concurrency)
 	atomic_init(&t->spin.probes, 0);
 	atomic_init(&t->ceiling_units, (int64_t)units(concurrency));
 	ts_lib_skip_init(&t->queue);
+	t->shared = NULL;
 	return t;
 }
 
@@ -55,6 +56,10 @@ TS_API void ts_turnstile_free(ts_turnstile *t)
 {
 	if (!t)
 		return;
+	if (t->shared) {
+		ts_lib_shared_free(t);
+		return;
+	}
 	spin_lock(&t->lock);
 	spin_unlock(&t->lock);
 	busy_wait_idle(&t->busy);
@@ -188,6 +193,8 @@ static int wait_queued(ts_turnstile *t, const ts_claim *claim, int64_t start,
 __attribute__((noinline, cold)) TS_API int ts_private_wait_slow(ts_turnstile *t, const ts_claim *claim,
 		     int64_t deadline_ns, ts_cancel *cancel, ts_pass *pass)
 {
+	if (t->shared)
+		return ts_lib_shared_wait(t, claim, deadline_ns, cancel, pass);
 	if (atomic_load_explicit(&t->word, memory_order_relaxed) & WORD_CLOSED)
 		return ESHUTDOWN;
 	if (cancel_fired_now(cancel))
@@ -281,6 +288,8 @@ int ts_lib_turnstile_wait_async(ts_turnstile *t, const ts_claim *claim, int64_t 
 	int r = ts_lib_async_check(n, node, fn);
 	if (r)
 		return r;
+	if (t->shared)
+		return EOPNOTSUPP;
 	if (ts_private_take_fast(t, cancel, pass))
 		return 0;
 	*pass = (ts_pass)TS_PASS_NONE;
@@ -330,6 +339,10 @@ __attribute__((noinline, cold)) TS_API void ts_private_return_slow(ts_turnstile 
 {
 	struct wakeups wk;
 
+	if (t->shared) {
+		ts_lib_shared_return(t);
+		return;
+	}
 	TS_PROBE1(pass__return, t);
 	ts_hook_at(TS_HOOK_RETURNING, t);
 	wakeups_init(&wk);
@@ -368,6 +381,8 @@ TS_API int ts_turnstile_resize(ts_turnstile *t, int64_t concurrency)
 
 	if (!t || concurrency < 0 || concurrency > TS_CONCURRENCY_MAX)
 		return EINVAL;
+	if (t->shared)
+		return ts_lib_shared_resize(t, concurrency);
 	wakeups_init(&wk);
 	spin_lock(&t->lock);
 	/* Move by the delta: passes held now stay held and are not reissued. */
@@ -393,6 +408,10 @@ TS_API void ts_turnstile_close(ts_turnstile *t)
 
 	if (!t)
 		return;
+	if (t->shared) {
+		ts_lib_shared_close(t);
+		return;
+	}
 	TS_PROBE1(close, t);
 	do {
 		wakeups_init(&wk);
@@ -418,12 +437,18 @@ TS_API void ts_turnstile_close(ts_turnstile *t)
 
 TS_API bool ts_turnstile_closed(const ts_turnstile *t)
 {
+	if (t && t->shared)
+		return ts_lib_shared_closed(t);
 	return t && (atomic_load_explicit(&t->word, memory_order_acquire) & WORD_CLOSED);
 }
 
 TS_API void ts_turnstile_snapshot(const ts_turnstile *t, int64_t *available,
 				  int64_t *waiting)
 {
+	if (t && t->shared) {
+		ts_lib_shared_snapshot(t, available, waiting);
+		return;
+	}
 	if (available)
 		*available = t ? word_available(atomic_load_explicit(
 					 &t->word, memory_order_relaxed))

@@ -26,7 +26,21 @@ struct ts_turnstile {
 	_Atomic uint32_t busy;        /* calls between unlocks (busy.h) */
 	struct spin_policy spin;      /* does the head's spin pay here? */
 	struct skiplist queue;        /* under lock */
+	/* Process-shared turnstiles (shared.c): this struct is then only a
+	 * handle whose word reads WAITERS|CLOSED for ever, so the inlined fast
+	 * paths always call the library, which sends the call to shared.c. */
+	struct shared_handle *shared;
 };
+
+/* shared.c: every turnstile call on a shared handle. */
+int ts_lib_shared_wait(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
+		       ts_cancel *cancel, ts_pass *pass);
+void ts_lib_shared_return(ts_turnstile *t);
+int ts_lib_shared_resize(ts_turnstile *t, int64_t concurrency);
+void ts_lib_shared_close(ts_turnstile *t);
+bool ts_lib_shared_closed(const ts_turnstile *t);
+void ts_lib_shared_snapshot(const ts_turnstile *t, int64_t *available, int64_t *waiting);
+void ts_lib_shared_free(ts_turnstile *t);
 _Static_assert(offsetof(struct ts_turnstile, word) ==
 		       offsetof(struct ts_private_turnstile_head, word) &&
 	       offsetof(struct ts_turnstile, ceiling_units) ==

@@ -32,7 +32,7 @@ static int spin(waiter *w, uint32_t wake_at, int64_t deadline_ns,
 
 	for (;;) {
 		for (int i = 0; i < SPIN_PAUSES_PER_CLOCK_READ; i++) {
-			uint32_t s = atomic_load_explicit(&w->state, memory_order_acquire);
+			uint32_t s = atomic_load_explicit(w->word, memory_order_acquire);
 			if (s >= wake_at)
 				return (int)s;
 			cpu_relax();
@@ -57,14 +57,14 @@ int ts_lib_waiter_park(waiter *w, uint32_t wake_at, int64_t deadline_ns,
 			return r;
 	}
 	for (;;) {
-		uint32_t s = atomic_load_explicit(&w->state, memory_order_acquire);
+		uint32_t s = atomic_load_explicit(w->word, memory_order_acquire);
 		if (s >= wake_at)
 			return (int)s;
 		/* QUEUED -> SLEEPING announces "wake me by futex".  A failed
 		 * CAS means a grant or a nudge landed: look again. */
 		if (s == WAITER_QUEUED &&
 		    !atomic_compare_exchange_strong_explicit(
-			    &w->state, &s, WAITER_SLEEPING,
+			    w->word, &s, WAITER_SLEEPING,
 			    memory_order_seq_cst, memory_order_acquire))
 			continue;
 		/* Checked AFTER announcing sleep (both seq_cst): a firer sets
@@ -75,7 +75,7 @@ int ts_lib_waiter_park(waiter *w, uint32_t wake_at, int64_t deadline_ns,
 			return WAITER_CANCELED;
 		if (deadline_ns != 0 && expired(deadline_ns, ts_now_ns()))
 			return WAITER_TIMEDOUT;
-		futex_wait(&w->state, WAITER_SLEEPING, deadline_ns);
-		ts_hook_at(TS_HOOK_WOKEN, &w->state);
+		futex_wait_on(w->word, WAITER_SLEEPING, deadline_ns, w->shared);
+		ts_hook_at(TS_HOOK_WOKEN, w->word);
 	}
 }

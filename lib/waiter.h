@@ -63,6 +63,11 @@ enum { WAITER_TIMEDOUT = -1, WAITER_CANCELED = -2 };
 
 struct ts_waiter_ {
 	_Atomic uint32_t state;
+	/* The word the owner parks on and granters publish to: &state, or
+	 * for a process-shared turnstile its slot's word in the segment
+	 * (shared.c), woken with shared futex operations. */
+	_Atomic uint32_t *word;
+	bool shared;
 	bool spin;         /* may spin before parking: it is next in line */
 	signed char spun;  /* set by ts_lib_waiter_park: +1 spin won, -1 spin lost, 0 none */
 	/* registration on a cancel token, guarded by the token's lock */
@@ -76,6 +81,8 @@ typedef struct ts_waiter_ waiter;
 static inline void waiter_init(waiter *w, struct async_node *async)
 {
 	atomic_init(&w->state, WAITER_QUEUED);
+	w->word = &w->state;
+	w->shared = false;
 	w->spin = false;
 	w->spun = 0;
 	w->cancel_prev = w->cancel_next = NULL;
@@ -140,6 +147,7 @@ struct wakeup {
 	_Atomic uint32_t *word;      /* futex_wake it, or NULL */
 	struct ts_notifier *notifier; /* release it (kicking if told), or NULL */
 	bool kick;
+	bool shared;                 /* word is in a process-shared segment */
 };
 struct wakeups {
 	int n;
@@ -161,12 +169,18 @@ static inline bool wakeups_full(const struct wakeups *wk)
 static inline void wakeups_add(struct wakeups *wk, _Atomic uint32_t *word)
 {
 	if (word)
-		wk->e[wk->n++] = (struct wakeup){ word, NULL, false };
+		wk->e[wk->n++] = (struct wakeup){ word, NULL, false, false };
+}
+
+/* A parked waiter's word, private or shared (waiter.word). */
+static inline void wakeups_add_waiter(struct wakeups *wk, const waiter *w)
+{
+	wk->e[wk->n++] = (struct wakeup){ w->word, NULL, false, w->shared };
 }
 
 static inline void wakeups_add_notifier(struct wakeups *wk, struct ts_notifier *n, bool kick)
 {
-	wk->e[wk->n++] = (struct wakeup){ NULL, n, kick };
+	wk->e[wk->n++] = (struct wakeup){ NULL, n, kick, false };
 }
 
 /* notifier.c: write the fd if @kick, then end the granter's hold on @n. */
@@ -177,7 +191,7 @@ static inline void wakeups_flush(struct wakeups *wk)
 	for (int i = 0; i < wk->n; i++) {
 		TS_FAULT(); /* window: granted, not yet woken */
 		if (wk->e[i].word)
-			futex_wake(wk->e[i].word, 1);
+			futex_wake_on(wk->e[i].word, 1, wk->e[i].shared);
 		else
 			ts_lib_notifier_release(wk->e[i].notifier, wk->e[i].kick);
 	}

@@ -36,6 +36,7 @@ AC_DEFUN([TS_FAULT_INJECTION], [
   AS_IF([test "x$enable_fault_injection" = xyes],
     [TS_FAULT_CPPFLAGS="-DTS_FAULT_INJECTION"])
   AC_SUBST([TS_FAULT_CPPFLAGS])
+  AM_CONDITIONAL([FAULT_INJECTION], [test "x$enable_fault_injection" = xyes])
 ])
 
 # TS_USDT: USDT probes through <sys/sdt.h> (Debian: systemtap-sdt-dev),

@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: MIT */
+/* One order across processes: waiters queued from different processes are
+ * granted by band, then since, then seq, then arrival; a returned pass goes
+ * to the head waiter, never to a newcomer (no barging), even when the
+ * returner is the newcomer; a pass parked in one process's cache serves
+ * another process's wait. */
+#include "procs.h"
+
+#define WAITERS 12
+
+struct log {
+	_Atomic int n;
+	int order[64];
+	_Atomic int go; /* the cache test's turns */
+};
+
+static int fd;
+static struct log *lg;
+static ts_claim claims[WAITERS];
+
+static int queued_waiter(void *arg)
+{
+	int i = (int)(intptr_t)arg;
+	ts_turnstile *t = ts_shared_attach(fd);
+	ts_pass p;
+	CHECK(t);
+	CHECK_EQ(ts_turnstile_wait(t, &claims[i], ts_now_ns() + PATIENCE_NS, NULL, &p), 0);
+	lg->order[atomic_fetch_add(&lg->n, 1)] = i;
+	ts_pass_return(&p);
+	ts_turnstile_free(t);
+	return 0;
+}
+
+static bool before(const ts_claim *a, int ia, const ts_claim *b, int ib)
+{
+	if (a->priority != b->priority)
+		return a->priority < b->priority;
+	if (a->since_ns != b->since_ns)
+		return a->since_ns < b->since_ns;
+	if (a->seq != b->seq)
+		return a->seq < b->seq;
+	return ia < ib; /* arrival: spawned in index order */
+}
+
+static void granted_in_claim_order_across_processes(void)
+{
+	fd = turnstile_file(1, NULL);
+	ts_turnstile *t = ts_shared_attach(fd);
+	ts_pass held, p;
+	pid_t kids[WAITERS];
+	CHECK_EQ(ts_turnstile_wait(t, &(ts_claim){ 0, 0, 0 }, 0, NULL, &held), 0);
+	for (int i = 0; i < WAITERS; i++) {
+		/* bands 0..2, sinces and seqs that collide on purpose */
+		claims[i] = (ts_claim){ (i * 7) % 3, 1000 + (i * 5) % 4, (uint64_t)((i * 3) % 2) };
+		kids[i] = spawn(queued_waiter, (void *)(intptr_t)i);
+		POLL_UNTIL(shared_waiting(t) == i + 1); /* arrival order is spawn order */
+	}
+	ts_pass_return(&held);
+	/* the pass went to the head: this process's try finds none */
+	CHECK_EQ(ts_turnstile_wait(t, &(ts_claim){ -5, 0, 0 }, TS_DEADLINE_NOW, NULL, &p),
+		 ETIMEDOUT);
+	for (int i = 0; i < WAITERS; i++)
+		reap_ok(kids[i]);
+	CHECK_EQ(atomic_load(&lg->n), WAITERS);
+	for (int k = 1; k < WAITERS; k++) {
+		int a = lg->order[k - 1], b = lg->order[k];
+		if (!before(&claims[a], a, &claims[b], b)) {
+			fprintf(stderr, "granted %d before %d\n", a, b);
+			_exit(1);
+		}
+	}
+	CHECK_EQ(shared_available(t), 1);
+	ts_turnstile_free(t);
+	close(fd);
+}
+
+/* Process A takes and returns a pass (the fast path parks it in A's
+ * cache) and stays attached; process B's wait must still get it. */
+static int cache_owner(void *arg)
+{
+	(void)arg;
+	ts_turnstile *t = ts_shared_attach(fd);
+	ts_pass p;
+	CHECK_EQ(ts_turnstile_wait(t, &(ts_claim){ 0, 0, 0 }, 0, NULL, &p), 0);
+	ts_pass_return(&p);
+	CHECK_EQ(ts_turnstile_wait(t, &(ts_claim){ 0, 0, 0 }, 0, NULL, &p), 0);
+	ts_pass_return(&p);
+	atomic_store(&lg->go, 1);
+	POLL_UNTIL(atomic_load(&lg->go) == 2);
+	ts_turnstile_free(t);
+	return 0;
+}
+
+static void a_cached_pass_serves_another_process(void)
+{
+	fd = turnstile_file(1, NULL);
+	atomic_store(&lg->go, 0);
+	pid_t a = spawn(cache_owner, NULL);
+	POLL_UNTIL(atomic_load(&lg->go) == 1);
+	ts_turnstile *t = ts_shared_attach(fd);
+	ts_pass p;
+	CHECK_EQ(shared_available(t), 1);
+	CHECK_EQ(ts_turnstile_wait(t, &(ts_claim){ 0, 0, 0 }, TS_DEADLINE_NOW, NULL, &p), 0);
+	CHECK_EQ(shared_available(t), 0);
+	atomic_store(&lg->go, 2);
+	reap_ok(a);
+	ts_pass_return(&p);
+	ts_turnstile_free(t);
+	close(fd);
+}
+
+int main(void)
+{
+	lg = shared_memory(sizeof(*lg));
+	granted_in_claim_order_across_processes();
+	a_cached_pass_serves_another_process();
+	printf("shared_order: ok\n");
+	return 0;
+}
