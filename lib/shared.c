@@ -456,7 +456,7 @@ static void rebuild(struct shared_handle *h, int64_t *passes_back, struct wakeup
 		atomic_store_explicit(&pr->word, 0, memory_order_relaxed);
 		STEP(5); /* a dead process's records dropped, slot not yet free */
 		atomic_store_explicit(&pr->state, PROC_FREE, memory_order_release);
-		TS_PROBE2(shared__dead, h->t, p);
+		TS_PROBE3(shared__dead, h->t, p, pw_held(w));
 	}
 	uint32_t n = 0;
 	for (uint32_t s = 0; s < h->nslots; s++) {

@@ -8,7 +8,7 @@ set -e
 src=$(cd "$(dirname "$0")/.." && pwd)
 lib=.libs/libturnstile.so
 notes=$(readelf -n "$lib" | awk '/Provider:/ { p = $2 } /Name:/ && p == "libturnstile" { print $2 }' | sort -u)
-expected="async__cancel async__done async__queue close create discard pass__return put resize take__done take__start wait__done wait__fail wait__start"
+expected="async__cancel async__done async__queue close create discard pass__return put resize shared__dead shared__recovered shared__takeover take__done take__start wait__done wait__fail wait__start"
 in_source=$(grep -ho 'TS_PROBE[0-9](\([a-z_]*\)' "$src"/lib/*.c | sed 's/.*(//' | sort -u)
 [ "$(echo $in_source)" = "$expected" ] ||
 	{ echo "probes: lib/ has $(echo $in_source), this test expects $expected" >&2; exit 1; }

@@ -6,6 +6,8 @@
 #include <turnstile.h>
 
 #include <poll.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -202,6 +204,21 @@ int main()
 	CHECK(ts_notifier_free(n) == 0);
 	ts_waitlist_close(lw);
 	ts_waitlist_free(lw);
+
+	// a process-shared turnstile, in a memfd
+	int fd = memfd_create("cxx", MFD_CLOEXEC);
+	ts_shared_limits lim = { 8, 4, 0 };
+	CHECK(fd >= 0 && ts_shared_format(fd, 1, &lim) == 0);
+	ts_turnstile *st = ts_shared_attach(fd);
+	CHECK(st && ts_shared_is(st) && !ts_shared_is(nullptr));
+	ts_pass sp = TS_PASS_NONE;
+	ts_claim sc = { 0, ts_now_ns(), 1 };
+	CHECK(ts_turnstile_wait(st, &sc, 0, nullptr, &sp) == 0);
+	ts_pass_return(&sp);
+	int64_t back = -1;
+	CHECK(ts_shared_recover(st, &back) == 0 && back == 0);
+	ts_turnstile_free(st);
+	close(fd);
 
 	if (failures)
 		return 1;
