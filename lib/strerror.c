@@ -24,13 +24,19 @@ TS_API const char *ts_strerror(int err)
 	case ESHUTDOWN:
 		return "closed: the turnstile, set or waitlist was closed";
 	case EAGAIN:
-		return "too many waiters: the waitlist's waiter cap is reached";
+		return "too many waiters: the waitlist's waiter cap, or a shared turnstile's max_waiters, is reached";
 	case EBUSY:
-		return "busy: a wait is still pending on the node or the notifier";
+		return "busy: a wait is still pending on the node or the notifier, or a live process is attached to the shared turnstile";
 	case EINPROGRESS:
 		return "queued: the outcome is delivered later, to the callback";
 	case ENOENT:
 		return "not pending: the node has no wait to withdraw";
+	case EUSERS:
+		return "too many processes: the shared turnstile's max_processes are attached";
+	case EPROTO:
+		return "another layout: the shared turnstile's file was laid out by another layout version";
+	case EOPNOTSUPP:
+		return "not supported on a process-shared turnstile";
 	case EALREADY:
 		return "already completed: the wait's pass, item or slot was handed on";
 	default: {
