@@ -1,12 +1,45 @@
 /* SPDX-License-Identifier: MIT */
 /* Async nodes: a wait's life on its loop thread — queued, pending,
- * withdrawn or dispatched.  The protocol: lib/async.h. */
+ * withdrawn or dispatched — and the event-loop entry points, built on the
+ * queues' primitives (the queues know no loop).  The protocol: lib/async.h. */
 #include <turnstile/async.h>
 
 #include <errno.h>
+#include <stddef.h>
+
+#include <turnstile/turnstile.h>
+#include <turnstile/waitlist.h>
 
 #include "async.h"
 #include "probe.h"
+
+/* The node's telling operations (waiter.h): a grant, close or fire is
+ * pushed to its notifier; a token's fire withdraws it from its queue. */
+
+#define NODE_OF(w, member) ((struct async_node *)(void *)((char *)(w) - offsetof(struct async_node, member)))
+
+static void tell_turn(waiter *w, uint32_t outcome, struct wakeups *wk)
+{
+	ts_lib_async_complete(NODE_OF(w, q.turn.w), outcome, wk);
+}
+
+static void fire_turn(waiter *w, struct wakeups *wk)
+{
+	ts_lib_async_withdraw(NODE_OF(w, q.turn.w), WAITER_CANCELLED, wk);
+}
+
+static void tell_take(waiter *w, uint32_t outcome, struct wakeups *wk)
+{
+	ts_lib_async_complete(NODE_OF(w, q.take.w), outcome, wk);
+}
+
+static void fire_take(waiter *w, struct wakeups *wk)
+{
+	ts_lib_async_withdraw(NODE_OF(w, q.take.w), WAITER_CANCELLED, wk);
+}
+
+static const struct waiter_ops async_turn_ops = { tell_turn, fire_turn, true };
+static const struct waiter_ops async_take_ops = { tell_take, fire_take, true };
 
 int ts_lib_async_check(ts_notifier *n, ts_async *node, ts_async_fn fn)
 {
@@ -32,13 +65,13 @@ void ts_lib_async_prepare(struct async_node *a, enum async_kind kind, void *obje
 	a->pass = (ts_pass)TS_PASS_NONE;
 	a->item = NULL;
 	a->pending = a->in_ready = a->fail_open = false;
-	waiter_init(async_waiter(a), a);
+	waiter_init(async_waiter(a), kind == ASYNC_TURN ? &async_turn_ops : &async_take_ops);
 }
 
-static uint32_t withdraw(struct async_node *a, uint32_t outcome, struct wakeups *wk)
+uint32_t ts_lib_async_withdraw(struct async_node *a, uint32_t outcome, struct wakeups *wk)
 {
-	return a->kind == ASYNC_TURN ? ts_lib_turnstile_withdraw(a, outcome, wk)
-				     : ts_lib_waitlist_withdraw(a, outcome, wk);
+	return a->kind == ASYNC_TURN ? ts_lib_turnstile_withdraw(a->object, &a->q.turn, outcome, wk)
+				     : ts_lib_waitlist_withdraw(a->object, &a->q.take, outcome, wk);
 }
 
 /* Pending from here; a grant may already have pushed it, which is fine:
@@ -56,17 +89,12 @@ int ts_lib_async_begin(struct async_node *a)
 	if (!a->cancel)
 		return EINPROGRESS;
 	ts_lib_cancel_watch(a->cancel, async_waiter(a));
-	if (!cancel_fired_now(a->cancel) || withdraw(a, WAITER_CANCELLED, NULL) >= WAITER_FINAL)
+	if (!cancel_fired_now(a->cancel) || ts_lib_async_withdraw(a, WAITER_CANCELLED, NULL) >= WAITER_FINAL)
 		return EINPROGRESS;
 	ts_lib_cancel_unwatch(a->cancel, async_waiter(a));
 	ts_lib_notifier_untrack(n, a);
 	a->pending = false;
 	return ECANCELED;
-}
-
-void ts_lib_async_fire(struct async_node *a, struct wakeups *wk)
-{
-	withdraw(a, WAITER_CANCELLED, wk);
 }
 
 /* A completed node is being cancelled: hand on what it got, so nothing is
@@ -95,7 +123,7 @@ TS_API int ts_async_cancel(ts_async *node)
 	if (!a || !a->pending)
 		return ENOENT;
 	ts_notifier *n = a->notifier;
-	uint32_t s = withdraw(a, WAITER_CANCELLED, NULL);
+	uint32_t s = ts_lib_async_withdraw(a, WAITER_CANCELLED, NULL);
 	if (s >= WAITER_FINAL) {
 		if (!a->in_ready)
 			ts_lib_notifier_collect(n);
@@ -122,4 +150,80 @@ TS_API void *ts_async_item(ts_async *node)
 {
 	struct async_node *a = node ? async_of(node) : NULL;
 	return a && a->kind == ASYNC_TAKE ? a->item : NULL;
+}
+
+/* --- turnstile waits ---------------------------------------------------- */
+
+/* Precedence as for blocking waits: closed, fired cancel, free pass, then
+ * queue (an expired deadline refuses only then).  A pass granted later
+ * reaches the node under the lock, through waiter_grant, as any other. */
+int ts_lib_turnstile_wait_async(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
+				ts_cancel *cancel, ts_notifier *n, ts_async *node,
+				ts_async_fn fn, void *arg, ts_pass *pass, bool fail_open)
+{
+	int r = ts_lib_async_check(n, node, fn);
+	if (r)
+		return r;
+	if (t->shared)
+		return EOPNOTSUPP;
+	if (ts_private_take_fast(t, cancel, pass))
+		return 0;
+	*pass = (ts_pass)TS_PASS_NONE;
+	if (atomic_load_explicit(&t->word, memory_order_relaxed) & WORD_CLOSED)
+		return ESHUTDOWN;
+	if (cancel_fired_now(cancel))
+		return ECANCELED;
+	if (deadline_ns && (r = ts_lib_notifier_reserve(n)))
+		return r;
+	struct async_node *a = async_of(node);
+	int64_t now = ts_now_ns();
+	ts_lib_async_prepare(a, ASYNC_TURN, t, n, fn, arg, cancel, now, deadline_ns);
+	a->fail_open = fail_open;
+	a->q.turn.link.key = *claim;
+	r = ts_lib_turnstile_enqueue(t, &a->q.turn, now, deadline_ns);
+	if (r == 0)
+		pass->private_turnstile = t;
+	return r == EINPROGRESS ? ts_lib_async_begin(a) : r;
+}
+
+__attribute__((noinline, cold)) TS_API int ts_private_wait_async_slow(
+	ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns, ts_cancel *cancel,
+	ts_notifier *n, ts_async *node, ts_async_fn fn, void *arg, ts_pass *pass)
+{
+	if (!pass)
+		return EINVAL;
+	if (!t || !claim)
+		return EINVAL;
+	return ts_lib_turnstile_wait_async(t, claim, deadline_ns, cancel, n, node, fn, arg,
+					   pass, false);
+}
+
+TS_API int ts_turnstile_wait_async(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
+				   ts_cancel *cancel, ts_notifier *n, ts_async *node,
+				   ts_async_fn fn, void *arg, ts_pass *pass)
+{
+	TS_PRIVATE_WAIT_ASYNC_BODY
+}
+
+/* --- waitlist takes ------------------------------------------------------- */
+
+TS_API int ts_waitlist_take_async(ts_waitlist *w, int64_t deadline_ns, ts_cancel *cancel,
+				  ts_notifier *ntf, ts_async *node, ts_async_fn fn, void *arg,
+				  void **item)
+{
+	int r;
+
+	if (!item || !w)
+		return EINVAL;
+	if ((r = ts_lib_async_check(ntf, node, fn)))
+		return r;
+	*item = NULL;
+	/* Room for the deadline, made outside the lock; a failure matters
+	 * only if the taker has to queue (a ready item still wins). */
+	int no_room = deadline_ns ? ts_lib_notifier_reserve(ntf) : 0;
+	struct async_node *a = async_of(node);
+	ts_lib_async_prepare(a, ASYNC_TAKE, w, ntf, fn, arg, cancel, ts_now_ns(), deadline_ns);
+	r = ts_lib_waitlist_enqueue_loop(w, &a->q.take, deadline_ns, cancel, no_room, item);
+	_Static_assert(TAKE_SLOT == TS_CREATE, "a creation slot reads as TS_CREATE");
+	return r == EINPROGRESS ? ts_lib_async_begin(a) : r;
 }

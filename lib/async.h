@@ -3,8 +3,10 @@
  *
  * An async node is a queue node like a parked thread's — the same
  * struct turn_waiter or struct taker, in the same queue under the same
- * lock — whose waiter has w.async set.  The one place that differs is
- * how a grant is told (waiter_grant in waiter.h):
+ * lock — whose waiter carries its own telling operations (waiter_ops:
+ * tell and fire, async_turn_ops / async_take_ops in async.c).  The one
+ * place that differs is how a grant is told (waiter_grant in waiter.h
+ * calls the node's tell; the queues never name a notifier):
  *
  *   granter, under the queue lock:   state = outcome (final)
  *                                    hold the notifier (holds++)
@@ -109,26 +111,17 @@ void ts_lib_async_prepare(struct async_node *a, enum async_kind kind, void *obje
  * before it was watched and the node could still be withdrawn. */
 int ts_lib_async_begin(struct async_node *a);
 
-/* cancel.c, under the token's lock: the token fired; withdraw @a if it is
- * still queued, completing it with ECANCELED. */
-void ts_lib_async_fire(struct async_node *a, struct wakeups *wk);
-
 /* Withdraw @a from its queue if it is still there, giving it the final
  * state @outcome, pushed (@wk non-NULL: another thread's fire) or not (the
- * loop itself).  Returns the state found under the lock: below
- * WAITER_FINAL means it was withdrawn now.  turnstile.c, waitlist.c. */
-uint32_t ts_lib_turnstile_withdraw(struct async_node *a, uint32_t outcome, struct wakeups *wk);
-uint32_t ts_lib_waitlist_withdraw(struct async_node *a, uint32_t outcome, struct wakeups *wk);
+ * loop itself: a deadline, ts_async_cancel).  Returns the state found under
+ * the lock: below WAITER_FINAL means it was withdrawn now. */
+uint32_t ts_lib_async_withdraw(struct async_node *a, uint32_t outcome, struct wakeups *wk);
 
-/* waitlist.c: hand on what a cancelled-after-completion take got.  An
- * item goes to the oldest idle taker or onto the place on the ready stack
- * the taker kept (KEPT PLACES there), closed or not; a slot is given back.
- * A take's item delivered by dispatch frees its kept place. */
-void ts_lib_waitlist_hand_back(ts_waitlist *w, void *item);
-void ts_lib_waitlist_give_back_slot(ts_waitlist *w);
-void ts_lib_waitlist_delivered(ts_waitlist *w);
+/* notifier.c, the node's tell (under its queue's lock): publish @outcome
+ * and push the node onto its notifier's completion stack. */
+void ts_lib_async_complete(struct async_node *a, uint32_t outcome, struct wakeups *wk);
 
-/* turnstile.c: ts_turnstile_wait_async, failing open for jobs. */
+/* ts_turnstile_wait_async, failing open for jobs (job.c). */
 int ts_lib_turnstile_wait_async(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
 				ts_cancel *cancel, ts_notifier *n, ts_async *node,
 				ts_async_fn fn, void *arg, ts_pass *pass, bool fail_open);

@@ -11,7 +11,6 @@
 
 #include <assert.h>
 
-#include "async.h"
 #include "futex.h"
 #include "hook.h"
 #include "spinlock.h"
@@ -47,16 +46,16 @@ static bool nudge_batch(ts_cancel *c)
 	spin_lock(&c->private_lock);
 	/* room for two entries: an async node's notifier and its queue lock */
 	for (waiter *w = c->private_waiters; w && wk.n <= WAKE_BATCH - 2; w = w->cancel_next) {
-		if (w->async) {
-			/* An event-loop node: withdrawn under its queue's lock
-			 * (lock order: token, then queue) and pushed to its
-			 * notifier with ECANCELED, unless a grant got there
-			 * first.  It stays on this list until its loop
+		if (w->ops) {
+			/* A waiter told by its own operation (an event-loop
+			 * node): its fire ends the wait under its queue's lock
+			 * (lock order: token, then queue), unless a grant got
+			 * there first.  It stays on this list until its owner
 			 * unwatches it (under this lock, before its callback
 			 * or cancel ends), so a final state seen here stays
 			 * final: no need to lock its queue again. */
 			if (atomic_load_explicit(&w->state, memory_order_acquire) < WAITER_FINAL)
-				ts_lib_async_fire(w->async, &wk);
+				w->ops->fire(w, &wk);
 			continue;
 		}
 		uint32_t s = WAITER_SLEEPING;

@@ -98,6 +98,8 @@ TS_API void ts_notifier_read_counters(const ts_notifier *n, ts_notifier_counters
 
 /* --- the granting side (any thread) ------------------------------------ */
 
+static void notifier_release(void *ctx, bool kick);
+
 /* The seam's async half (waiter_grant): under the queue lock of @a. */
 void ts_lib_async_complete(struct async_node *a, uint32_t outcome, struct wakeups *wk)
 {
@@ -117,7 +119,7 @@ void ts_lib_async_complete(struct async_node *a, uint32_t outcome, struct wakeup
 	/* @a is the loop's now: not touched again */
 	atomic_fetch_add_explicit(&n->completions, 1, memory_order_relaxed);
 	bool kick = !atomic_exchange_explicit(&n->signalled, 1, memory_order_acq_rel);
-	wakeups_add_notifier(wk, n, kick);
+	wakeups_add_call(wk, notifier_release, n, kick);
 }
 
 static void write_fd(ts_notifier *n)
@@ -132,9 +134,11 @@ static void write_fd(ts_notifier *n)
 	(void)r;
 }
 
-/* After the queue lock is dropped (wakeups_flush). */
-void ts_lib_notifier_release(ts_notifier *n, bool kick)
+/* After the queue lock is dropped (wakeups_flush): the call the node's
+ * tell left in the wake-ups. */
+static void notifier_release(void *ctx, bool kick)
 {
+	ts_notifier *n = ctx;
 	ts_hook_at(TS_HOOK_KICKING, n);
 	if (kick)
 		write_fd(n);
@@ -310,9 +314,7 @@ static void expire(ts_notifier *n)
 	while (n->heap_len && n->heap[0]->deadline_ns <= now) {
 		struct async_node *a = n->heap[0];
 		heap_remove(n, a);
-		uint32_t s = a->kind == ASYNC_TURN
-				     ? ts_lib_turnstile_withdraw(a, WAITER_EXPIRED, NULL)
-				     : ts_lib_waitlist_withdraw(a, WAITER_EXPIRED, NULL);
+		uint32_t s = ts_lib_async_withdraw(a, WAITER_EXPIRED, NULL);
 		if (s < WAITER_FINAL) {
 			n->timeouts++;
 			ready_append(n, a);

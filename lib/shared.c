@@ -404,7 +404,7 @@ static void grant_heads(struct shared_handle *h, struct wakeups *wk)
 		avail_add(h, -1);
 		if (atomic_exchange_explicit(&h->slots[s].state, WAITER_GRANTED,
 					     memory_order_acq_rel) == WAITER_SLEEPING)
-			wk->e[wk->n++] = (struct wakeup){ &h->slots[s].state, NULL, false, true };
+			wakeups_add_shared(wk, &h->slots[s].state);
 		STEP(4); /* granted, not yet woken */
 	}
 }
@@ -500,7 +500,7 @@ static void rebuild(struct shared_handle *h, int64_t *passes_back, struct wakeup
 	for (uint32_t s = 0; s < h->nslots; s++) {
 		uint32_t st = atomic_load_explicit(&h->slots[s].state, memory_order_relaxed);
 		if ((st == WAITER_GRANTED || st == WAITER_CLOSED) && !wakeups_full(wk))
-			wk->e[wk->n++] = (struct wakeup){ &h->slots[s].state, NULL, false, true };
+			wakeups_add_shared(wk, &h->slots[s].state);
 	}
 	if (passes_back)
 		*passes_back += back;
@@ -877,7 +877,7 @@ void ts_lib_shared_close(ts_turnstile *t)
 			uint32_t s = heap_remove(h, 0);
 			if (atomic_exchange_explicit(&h->slots[s].state, WAITER_CLOSED,
 						     memory_order_acq_rel) == WAITER_SLEEPING)
-				wk.e[wk.n++] = (struct wakeup){ &h->slots[s].state, NULL, false, true };
+				wakeups_add_shared(&wk, &h->slots[s].state);
 			STEP(15); /* one waiter closed */
 		}
 		if (!queued(h))

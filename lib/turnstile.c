@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "async.h"
 #include "busy.h"
 #include "hook.h"
 #include "probe.h"
@@ -123,8 +122,8 @@ static void unlock_and_wake(ts_turnstile *t, struct wakeups *wk, bool more)
 
 /* Queue @tw, or take a pass if one became free.  Lock NOT held.
  * Returns 0 (pass taken), ESHUTDOWN, ETIMEDOUT, or EINPROGRESS (queued). */
-static int enqueue(ts_turnstile *t, struct turn_waiter *tw, int64_t now,
-		   int64_t deadline_ns)
+int ts_lib_turnstile_enqueue(ts_turnstile *t, struct turn_waiter *tw, int64_t now,
+			     int64_t deadline_ns)
 {
 	spin_lock(&t->lock);
 	uint64_t w = atomic_load_explicit(&t->word, memory_order_relaxed);
@@ -217,7 +216,7 @@ static int wait_queued(ts_turnstile *t, const ts_claim *claim, int64_t start,
 
 	tw.link.key = *claim;
 	waiter_init(&tw.w, NULL);
-	int r = enqueue(t, &tw, start, deadline_ns);
+	int r = ts_lib_turnstile_enqueue(t, &tw, start, deadline_ns);
 	if (r == 0) {
 		pass->private_turnstile = t;
 		pass->private_waited_ns = ts_now_ns() - start;
@@ -249,15 +248,15 @@ static int wait_queued(ts_turnstile *t, const ts_claim *claim, int64_t start,
 	}
 }
 
-/* --- event-loop waiters (async.h) -------------------------------------- */
+/* --- waiters told by their own operation (event-loop nodes) ----------- */
 
-/* The loop's or a token's side of the grant race: under the lock, whoever
+/* The owner's or a token's side of the grant race: under the lock, whoever
  * comes first decides (OWNERSHIP in async.h).  A token's fire (@wk set)
  * holds the token's lock: see NESTING in spinlock.h. */
-uint32_t ts_lib_turnstile_withdraw(struct async_node *a, uint32_t outcome, struct wakeups *wk)
+uint32_t ts_lib_turnstile_withdraw(ts_turnstile *t, struct turn_waiter *tw, uint32_t outcome,
+				   struct wakeups *wk)
 {
-	ts_turnstile *t = a->object;
-	waiter *w = &a->q.turn.w;
+	waiter *w = &tw->w;
 
 	if (wk)
 		spin_lock_nested(&t->lock); /* under the token's lock */
@@ -265,7 +264,7 @@ uint32_t ts_lib_turnstile_withdraw(struct async_node *a, uint32_t outcome, struc
 		spin_lock(&t->lock);
 	uint32_t s = atomic_load_explicit(&w->state, memory_order_acquire);
 	if (s < WAITER_FINAL) {
-		unlink_waiter(t, &a->q.turn);
+		unlink_waiter(t, tw);
 		if (wk)
 			waiter_grant(w, outcome, wk);
 		else
@@ -276,57 +275,6 @@ uint32_t ts_lib_turnstile_withdraw(struct async_node *a, uint32_t outcome, struc
 	else
 		spin_unlock(&t->lock);
 	return s;
-}
-
-/* Precedence as for blocking waits: closed, fired cancel, free pass, then
- * queue (an expired deadline refuses only then).  A pass granted later
- * reaches the node under the lock, through waiter_grant, as any other. */
-int ts_lib_turnstile_wait_async(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
-				ts_cancel *cancel, ts_notifier *n, ts_async *node,
-				ts_async_fn fn, void *arg, ts_pass *pass, bool fail_open)
-{
-	int r = ts_lib_async_check(n, node, fn);
-	if (r)
-		return r;
-	if (t->shared)
-		return EOPNOTSUPP;
-	if (ts_private_take_fast(t, cancel, pass))
-		return 0;
-	*pass = (ts_pass)TS_PASS_NONE;
-	if (atomic_load_explicit(&t->word, memory_order_relaxed) & WORD_CLOSED)
-		return ESHUTDOWN;
-	if (cancel_fired_now(cancel))
-		return ECANCELED;
-	if (deadline_ns && (r = ts_lib_notifier_reserve(n)))
-		return r;
-	struct async_node *a = async_of(node);
-	int64_t now = ts_now_ns();
-	ts_lib_async_prepare(a, ASYNC_TURN, t, n, fn, arg, cancel, now, deadline_ns);
-	a->fail_open = fail_open;
-	a->q.turn.link.key = *claim;
-	r = enqueue(t, &a->q.turn, now, deadline_ns);
-	if (r == 0)
-		pass->private_turnstile = t;
-	return r == EINPROGRESS ? ts_lib_async_begin(a) : r;
-}
-
-__attribute__((noinline, cold)) TS_API int ts_private_wait_async_slow(
-	ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns, ts_cancel *cancel,
-	ts_notifier *n, ts_async *node, ts_async_fn fn, void *arg, ts_pass *pass)
-{
-	if (!pass)
-		return EINVAL;
-	if (!t || !claim)
-		return EINVAL;
-	return ts_lib_turnstile_wait_async(t, claim, deadline_ns, cancel, n, node, fn, arg,
-					   pass, false);
-}
-
-TS_API int ts_turnstile_wait_async(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
-				   ts_cancel *cancel, ts_notifier *n, ts_async *node,
-				   ts_async_fn fn, void *arg, ts_pass *pass)
-{
-	TS_PRIVATE_WAIT_ASYNC_BODY
 }
 
 TS_API int ts_turnstile_wait(ts_turnstile *t, const ts_claim *claim,

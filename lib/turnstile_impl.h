@@ -54,6 +54,14 @@ struct turn_waiter {
 	waiter w;
 };
 
+/* The queue's primitives for waiters told by their own operation
+ * (async.c builds event-loop waits on them; turnstile.c knows no loop). */
+int ts_lib_turnstile_enqueue(ts_turnstile *t, struct turn_waiter *tw, int64_t now,
+			     int64_t deadline_ns);
+struct wakeups;
+uint32_t ts_lib_turnstile_withdraw(ts_turnstile *t, struct turn_waiter *tw, uint32_t outcome,
+				   struct wakeups *wk);
+
 static inline int64_t word_available(uint64_t w)
 {
 	return (int64_t)w >> 2; /* arithmetic shift: gcc and clang define it */

@@ -29,7 +29,11 @@
  * caught (tests/model/check.sh): no lost or doubled pass or item, no
  * waiter asleep forever, nothing touched after a legal free.  Change the
  * protocol here, change the models there.  How a granted waiter is told
- * is this header's waiter_grant() and nothing else. */
+ * is this header's waiter_grant() and nothing else: a parked thread by its
+ * futex word, any other kind of waiter by its own `tell` operation (as a
+ * Linux wait_queue_entry carries its wake function), so a queue never
+ * knows what its sleepers are — an event-loop node (notifier.c) plugs in
+ * through waiter_ops without the queues naming it. */
 #ifndef TS_LIB_WAITER_H
 #define TS_LIB_WAITER_H
 
@@ -42,8 +46,23 @@
 #include "futex.h"
 #include "hook.h"
 
-struct async_node;
-struct ts_notifier;
+struct wakeups;
+typedef struct ts_waiter_ waiter;
+
+/* How a waiter that is not a parked thread is told (NULL ops: a thread
+ * parked on its futex word).  Both run under locks and must not block:
+ * `tell` publishes @outcome under the lock of the queue @w was unlinked
+ * from, `fire` ends the wait when its cancel token fires (under the
+ * token's lock, which nests outside queue locks: spinlock.h); whatever
+ * must run after unlocking goes into @wk (wakeups_add_call). */
+struct waiter_ops {
+	void (*tell)(waiter *w, uint32_t outcome, struct wakeups *wk);
+	void (*fire)(waiter *w, struct wakeups *wk);
+	/* An event-loop waiter: a waitlist hands it a creation slot to
+	 * make the item itself (TS_CREATE) and keeps its place on the ready
+	 * stack until its loop dispatches it. */
+	bool loop;
+};
 
 enum {
 	WAITER_QUEUED = 0,   /* linked, owner running (maybe spinning) */
@@ -72,13 +91,10 @@ struct ts_waiter_ {
 	signed char spun;  /* set by ts_lib_waiter_park: +1 spin won, -1 spin lost, 0 none */
 	/* registration on a cancel token, guarded by the token's lock */
 	struct ts_waiter_ *cancel_prev, *cancel_next;
-	/* NULL for a parked thread; else the event-loop node this waiter is
-	 * part of, told through its notifier instead of a futex (async.h) */
-	struct async_node *async;
+	const struct waiter_ops *ops; /* NULL: a parked thread */
 };
-typedef struct ts_waiter_ waiter;
 
-static inline void waiter_init(waiter *w, struct async_node *async)
+static inline void waiter_init(waiter *w, const struct waiter_ops *ops)
 {
 	atomic_init(&w->state, WAITER_QUEUED);
 	w->word = &w->state;
@@ -86,7 +102,7 @@ static inline void waiter_init(waiter *w, struct async_node *async)
 	w->spin = false;
 	w->spun = 0;
 	w->cancel_prev = w->cancel_next = NULL;
-	w->async = async;
+	w->ops = ops;
 }
 
 /* Wait until @w's state reaches at least @wake_at (WAITER_FINAL, or
@@ -135,19 +151,21 @@ static inline void spin_policy_record(struct spin_policy *p, const waiter *w)
 
 /* Wake-ups owed after a critical section that granted waiters.  Collected
  * under the lock and issued after unlocking: no system call ever runs
- * under a queue lock.  An entry is a parked thread's futex word, or a
- * notifier an async node was pushed to (async.h): its fd is written if
- * this completion made it readable, and the granter's hold on it ends.  A
+ * under a queue lock.  An entry is a parked thread's futex word (of this
+ * process or of a shared segment), or a call a waiter's `tell` left for
+ * after the unlock (an event-loop node's notifier: write its fd if this
+ * completion made it readable, end the granter's hold on it).  A
  * batch holds WAKE_BATCH; a critical section that could grant more (a
  * close, a large grow) stops when the batch is full, unlocks, wakes, and
  * takes the lock again for the rest — only while a waiter is still queued,
  * so the object cannot have been freed meanwhile. */
 #define WAKE_BATCH 16
 struct wakeup {
-	_Atomic uint32_t *word;      /* futex_wake it, or NULL */
-	struct ts_notifier *notifier; /* release it (kicking if told), or NULL */
-	bool kick;
-	bool shared;                 /* word is in a process-shared segment */
+	_Atomic uint32_t *word;            /* futex_wake it, or NULL: */
+	void (*call)(void *ctx, bool arg); /* call(ctx, arg) */
+	void *ctx;
+	bool arg;
+	bool shared;                       /* word is in a process-shared segment */
 };
 struct wakeups {
 	int n;
@@ -169,22 +187,26 @@ static inline bool wakeups_full(const struct wakeups *wk)
 static inline void wakeups_add(struct wakeups *wk, _Atomic uint32_t *word)
 {
 	if (word)
-		wk->e[wk->n++] = (struct wakeup){ word, NULL, false, false };
+		wk->e[wk->n++] = (struct wakeup){ word, NULL, NULL, false, false };
 }
 
 /* A parked waiter's word, private or shared (waiter.word). */
 static inline void wakeups_add_waiter(struct wakeups *wk, const waiter *w)
 {
-	wk->e[wk->n++] = (struct wakeup){ w->word, NULL, false, w->shared };
+	wk->e[wk->n++] = (struct wakeup){ w->word, NULL, NULL, false, w->shared };
 }
 
-static inline void wakeups_add_notifier(struct wakeups *wk, struct ts_notifier *n, bool kick)
+/* A futex word of a process-shared segment. */
+static inline void wakeups_add_shared(struct wakeups *wk, _Atomic uint32_t *word)
 {
-	wk->e[wk->n++] = (struct wakeup){ NULL, n, kick, false };
+	wk->e[wk->n++] = (struct wakeup){ word, NULL, NULL, false, true };
 }
 
-/* notifier.c: write the fd if @kick, then end the granter's hold on @n. */
-void ts_lib_notifier_release(struct ts_notifier *n, bool kick);
+static inline void wakeups_add_call(struct wakeups *wk, void (*call)(void *, bool), void *ctx,
+				    bool arg)
+{
+	wk->e[wk->n++] = (struct wakeup){ NULL, call, ctx, arg, false };
+}
 
 static inline void wakeups_flush(struct wakeups *wk)
 {
@@ -193,27 +215,24 @@ static inline void wakeups_flush(struct wakeups *wk)
 		if (wk->e[i].word)
 			futex_wake_on(wk->e[i].word, 1, wk->e[i].shared);
 		else
-			ts_lib_notifier_release(wk->e[i].notifier, wk->e[i].kick);
+			wk->e[i].call(wk->e[i].ctx, wk->e[i].arg);
 	}
 	wk->n = 0;
 }
-
-/* notifier.c: publish @outcome to an async node and push it onto its
- * notifier's completion stack, in the caller's critical section. */
-void ts_lib_async_complete(struct async_node *a, uint32_t outcome, struct wakeups *wk);
 
 /* THE SEAM: how a granted waiter is told.  Caller holds the lock of the
  * queue @w was in and has unlinked it (or, for WAITER_LOAD, keeps it
  * linked on purpose), and has checked wakeups_full(@wk).  A parked thread
  * gets @outcome by one atomic exchange, and a futex wake after unlocking
- * if it was asleep; an async node gets it and is pushed onto its
- * notifier's completion stack, reachable by the loop from this critical
- * section on.  From here on @w may vanish (the granter touches at most the
- * futex word's address, or the notifier it holds). */
+ * if it was asleep; any other waiter by its own tell (an event-loop node
+ * is pushed onto its notifier's completion stack, reachable by the loop
+ * from this critical section on).  From here on @w may vanish (the
+ * granter touches at most the futex word's address, or what its tell
+ * left in @wk). */
 static inline void waiter_grant(waiter *w, uint32_t outcome, struct wakeups *wk)
 {
-	if (w->async) {
-		ts_lib_async_complete(w->async, outcome, wk);
+	if (w->ops) {
+		w->ops->tell(w, outcome, wk);
 		return;
 	}
 	_Atomic uint32_t *word = &w->state;

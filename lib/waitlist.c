@@ -46,7 +46,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "async.h"
 #include "busy.h"
 #include "hook.h"
 #include "probe.h"
@@ -188,7 +187,7 @@ static void pass_slot(ts_waitlist *w, struct wakeups *wk)
 	if (!n)
 		return;
 	w->created++;
-	if (n->w.async) {
+	if (n->w.ops && n->w.ops->loop) {
 		unlink_taker(w, n);
 		unkeep(w);
 		waiter_grant(&n->w, WAITER_CREATE, wk);
@@ -409,15 +408,13 @@ TS_API int ts_waitlist_take(ts_waitlist *w, void **item, ts_load_fn load,
 	return take_queued(w, item, load, load_arg, deadline_ns, cancel);
 }
 
-/* --- event-loop takers (async.h) ---------------------------------------- */
+/* --- takers told by their own operation (event-loop nodes, async.c) ---- */
 
-/* The loop's or a token's side of the race (OWNERSHIP in async.h); a
+/* The owner's or a token's side of the race (OWNERSHIP in async.h); a
  * token's fire (@wk set) holds the token's lock: NESTING in spinlock.h. */
-uint32_t ts_lib_waitlist_withdraw(struct async_node *a, uint32_t outcome, struct wakeups *wk)
+uint32_t ts_lib_waitlist_withdraw(ts_waitlist *w, struct taker *n, uint32_t outcome,
+				  struct wakeups *wk)
 {
-	ts_waitlist *w = a->object;
-	struct taker *n = &a->q.take;
-
 	if (wk)
 		spin_lock_nested(&w->lock); /* under the token's lock */
 	else
@@ -439,26 +436,16 @@ uint32_t ts_lib_waitlist_withdraw(struct async_node *a, uint32_t outcome, struct
 	return s;
 }
 
-/* Precedence as ts_waitlist_take; where a blocking taker would load, an
- * async one gets the slot (TS_CREATE) and leaves. */
-TS_API int ts_waitlist_take_async(ts_waitlist *w, int64_t deadline_ns, ts_cancel *cancel,
-				  ts_notifier *ntf, ts_async *node, ts_async_fn fn, void *arg,
-				  void **item)
+/* A loop taker's take: precedence as ts_waitlist_take; where a blocking
+ * taker would load, it gets the slot (TS_CREATE) and leaves.  @no_room is
+ * the error to give if it has to queue and its deadline found no room.
+ * Returns 0 (*item ready), TAKE_SLOT, a refusal, or EINPROGRESS: queued,
+ * with its place on the ready stack kept (KEPT PLACES). */
+int ts_lib_waitlist_enqueue_loop(ts_waitlist *w, struct taker *n, int64_t deadline_ns,
+				 ts_cancel *cancel, int no_room, void **item)
 {
 	int r;
 
-	if (!item || !w)
-		return EINVAL;
-	if ((r = ts_lib_async_check(ntf, node, fn)))
-		return r;
-	*item = NULL;
-	/* Room for the deadline, made outside the lock; a failure matters
-	 * only if the taker has to queue (a ready item still wins). */
-	int no_room = deadline_ns ? ts_lib_notifier_reserve(ntf) : 0;
-	struct async_node *a = async_of(node);
-	int64_t now = ts_now_ns();
-	ts_lib_async_prepare(a, ASYNC_TAKE, w, ntf, fn, arg, cancel, now, deadline_ns);
-	struct taker *n = &a->q.take;
 	n->item = NULL;
 	n->loading = false;
 	for (;;) {
@@ -470,7 +457,7 @@ TS_API int ts_waitlist_take_async(ts_waitlist *w, int64_t deadline_ns, ts_cancel
 		if (slot_free(w)) {
 			w->created++;
 			spin_unlock(&w->lock);
-			return TS_CREATE;
+			return TAKE_SLOT;
 		}
 		if (no_room) {
 			spin_unlock(&w->lock);
@@ -488,7 +475,7 @@ TS_API int ts_waitlist_take_async(ts_waitlist *w, int64_t deadline_ns, ts_cancel
 	atomic_fetch_add_explicit(&w->kept, 1, memory_order_relaxed);
 	link_tail(w, n);
 	spin_unlock(&w->lock);
-	return ts_lib_async_begin(a);
+	return EINPROGRESS;
 }
 
 TS_API bool ts_waitlist_try_take(ts_waitlist *w, void **item)
@@ -654,7 +641,7 @@ TS_API void ts_waitlist_close(ts_waitlist *w)
 		while (w->head && !wakeups_full(&wk)) {
 			struct taker *n = w->head;
 			unlink_taker(w, n);
-			if (n->w.async)
+			if (n->w.ops && n->w.ops->loop)
 				unkeep(w);
 			waiter_grant(&n->w, WAITER_CLOSED, &wk);
 		}
