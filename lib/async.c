@@ -38,7 +38,15 @@ static void fire_take(waiter *w, struct wakeups *wk)
 	ts_lib_async_withdraw(NODE_OF(w, q.take.w), WAITER_CANCELLED, wk);
 }
 
+/* A doorbell wait's fire cannot take the segment's lock under the token's:
+ * it makes its loop look, and dispatch withdraws it there. */
+static void fire_shared(waiter *w, struct wakeups *wk)
+{
+	ts_lib_notifier_poke(NODE_OF(w, q.turn.w)->notifier, wk);
+}
+
 static const struct waiter_ops async_turn_ops = { tell_turn, fire_turn, true };
+static const struct waiter_ops async_shared_ops = { tell_turn, fire_shared, true };
 static const struct waiter_ops async_take_ops = { tell_take, fire_take, true };
 
 int ts_lib_async_check(ts_notifier *n, ts_async *node, ts_async_fn fn)
@@ -65,13 +73,59 @@ void ts_lib_async_prepare(struct async_node *a, enum async_kind kind, void *obje
 	a->pass = (ts_pass)TS_PASS_NONE;
 	a->item = NULL;
 	a->pending = a->in_ready = a->fail_open = false;
-	waiter_init(async_waiter(a), kind == ASYNC_TURN ? &async_turn_ops : &async_take_ops);
+	waiter_init(async_waiter(a), kind == ASYNC_TURN	 ? &async_turn_ops
+				     : kind == ASYNC_TAKE ? &async_take_ops
+							  : &async_shared_ops);
+	a->in_remote = false;
+}
+
+/* A doorbell wait, on its loop thread: settled in the segment now.  As for
+ * a queue's withdraw, a state below final means it was withdrawn now;
+ * a final one means it is on its notifier's stack — pushed here, as a
+ * granter in this process would have. */
+static uint32_t withdraw_shared(struct async_node *a, uint32_t outcome)
+{
+	uint32_t s = ts_lib_shared_settle(a->object, a->slot, outcome != 0);
+	if (s == WAITER_QUEUED && !outcome)
+		return s; /* still queued: a look that found nothing */
+	ts_lib_notifier_remote_remove(a->notifier, a);
+	if (s == WAITER_QUEUED) {
+		atomic_store_explicit(&a->q.turn.w.state, outcome, memory_order_relaxed);
+		return s;
+	}
+	struct wakeups wk;
+	wakeups_init(&wk);
+	atomic_store_explicit(&a->q.turn.w.state, s, memory_order_release);
+	ts_lib_notifier_push(a, &wk);
+	wakeups_flush(&wk);
+	return s;
 }
 
 uint32_t ts_lib_async_withdraw(struct async_node *a, uint32_t outcome, struct wakeups *wk)
 {
-	return a->kind == ASYNC_TURN ? ts_lib_turnstile_withdraw(a->object, &a->q.turn, outcome, wk)
-				     : ts_lib_waitlist_withdraw(a->object, &a->q.take, outcome, wk);
+	switch (a->kind) {
+	case ASYNC_TURN:
+		return ts_lib_turnstile_withdraw(a->object, &a->q.turn, outcome, wk);
+	case ASYNC_TAKE:
+		return ts_lib_waitlist_withdraw(a->object, &a->q.take, outcome, wk);
+	default:
+		return withdraw_shared(a, outcome);
+	}
+}
+
+/* The doorbell's look (dispatch): settle @a if its slot is final or its
+ * token fired; either way it then goes to its callback. */
+void ts_lib_async_look(struct async_node *a)
+{
+	bool fired = cancel_fired_now(a->cancel);
+	if (!fired && !ts_lib_shared_slot_final(a->object, a->slot))
+		return;
+	if (withdraw_shared(a, fired ? WAITER_CANCELLED : 0) < WAITER_FINAL) {
+		struct wakeups wk;
+		wakeups_init(&wk);
+		ts_lib_notifier_push(a, &wk); /* withdrawn now: ECANCELED */
+		wakeups_flush(&wk);
+	}
 }
 
 /* Pending from here; a grant may already have pushed it, which is fine:
@@ -102,8 +156,10 @@ int ts_lib_async_begin(struct async_node *a)
  * taker (or the ready stack), the slot back.  None of these can fail. */
 static void hand_on(struct async_node *a, uint32_t state)
 {
-	if (state == WAITER_GRANTED && a->kind == ASYNC_TURN) {
-		ts_pass p = { a->object, 0 };
+	if (state == WAITER_GRANTED && a->kind != ASYNC_TAKE) {
+		ts_pass p = { a->kind == ASYNC_SHARED_TURN ? ts_lib_shared_pass_name(a->object)
+							   : a->object,
+			      0 };
 		ts_pass_return(&p);
 	} else if (state == WAITER_GRANTED) {
 		ts_lib_waitlist_hand_back(a->object, a->q.take.item);
@@ -143,7 +199,7 @@ TS_API int ts_async_cancel(ts_async *node)
 TS_API ts_pass ts_async_pass(ts_async *node)
 {
 	struct async_node *a = node ? async_of(node) : NULL;
-	return a && a->kind == ASYNC_TURN ? a->pass : (ts_pass)TS_PASS_NONE;
+	return a && a->kind != ASYNC_TAKE ? a->pass : (ts_pass)TS_PASS_NONE;
 }
 
 TS_API void *ts_async_item(ts_async *node)
@@ -153,6 +209,29 @@ TS_API void *ts_async_item(ts_async *node)
 }
 
 /* --- turnstile waits ---------------------------------------------------- */
+
+/* On a process-shared turnstile: the same precedence; the wait queues as a
+ * waiter slot told by the notifier's doorbell. */
+static int wait_async_shared(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
+			     ts_cancel *cancel, ts_notifier *n, ts_async *node, ts_async_fn fn,
+			     void *arg, ts_pass *pass, bool fail_open)
+{
+	uint64_t bell;
+	int r;
+
+	*pass = (ts_pass)TS_PASS_NONE;
+	if ((r = ts_lib_notifier_doorbell(n, &bell)) || (deadline_ns && (r = ts_lib_notifier_reserve(n))))
+		return r;
+	struct async_node *a = async_of(node);
+	int64_t now = ts_now_ns();
+	ts_lib_async_prepare(a, ASYNC_SHARED_TURN, t, n, fn, arg, cancel, now, deadline_ns);
+	a->fail_open = fail_open;
+	r = ts_lib_shared_enqueue_async(t, claim, deadline_ns, cancel, bell, &a->slot, pass);
+	if (r != EINPROGRESS)
+		return r;
+	ts_lib_notifier_remote_add(n, a);
+	return ts_lib_async_begin(a);
+}
 
 /* Precedence as for blocking waits: closed, fired cancel, free pass, then
  * queue (an expired deadline refuses only then).  A pass granted later
@@ -165,7 +244,8 @@ int ts_lib_turnstile_wait_async(ts_turnstile *t, const ts_claim *claim, int64_t 
 	if (r)
 		return r;
 	if (t->shared)
-		return EOPNOTSUPP;
+		return wait_async_shared(t, claim, deadline_ns, cancel, n, node, fn, arg, pass,
+					 fail_open);
 	if (ts_private_take_fast(t, cancel, pass))
 		return 0;
 	*pass = (ts_pass)TS_PASS_NONE;

@@ -56,7 +56,11 @@
 #include "waiter.h"
 #include "waitlist_impl.h"
 
-enum async_kind { ASYNC_TURN = 1, ASYNC_TAKE = 2 };
+/* ASYNC_SHARED_TURN: a turn on a process-shared turnstile.  Its queue is a
+ * waiter slot in the segment, granted from any process, which rings the
+ * notifier's doorbell (doorbell.h): its waiter here (q.turn.w) is only the
+ * loop's record of the outcome and its registration on the cancel token. */
+enum async_kind { ASYNC_TURN = 1, ASYNC_TAKE = 2, ASYNC_SHARED_TURN = 3 };
 
 struct async_node {
 	bool pending;              /* ts_async's private_pending: read inline */
@@ -77,6 +81,10 @@ struct async_node {
 	void *item;                /* the callback's item (result 0 of a take) */
 	unsigned char kind;
 	bool in_ready, fail_open;
+	/* ASYNC_SHARED_TURN, the loop thread's alone: */
+	bool in_remote;             /* on the notifier's list of doorbell waits */
+	uint32_t slot;              /* its waiter slot in the segment */
+	struct async_node *remote_prev, *remote_next;
 };
 _Static_assert(sizeof(struct async_node) <= sizeof(ts_async),
 	       "ts_async's private storage holds an async node");
@@ -92,7 +100,7 @@ static inline struct async_node *async_of(ts_async *node)
 
 static inline waiter *async_waiter(struct async_node *a)
 {
-	return a->kind == ASYNC_TURN ? &a->q.turn.w : &a->q.take.w;
+	return a->kind == ASYNC_TAKE ? &a->q.take.w : &a->q.turn.w;
 }
 
 /* async.c — a node's life on its loop thread. */
@@ -111,6 +119,10 @@ void ts_lib_async_prepare(struct async_node *a, enum async_kind kind, void *obje
  * before it was watched and the node could still be withdrawn. */
 int ts_lib_async_begin(struct async_node *a);
 
+/* A doorbell wait, looked at by dispatch: settled and pushed if its slot
+ * is final or its token fired, else left alone. */
+void ts_lib_async_look(struct async_node *a);
+
 /* Withdraw @a from its queue if it is still there, giving it the final
  * state @outcome, pushed (@wk non-NULL: another thread's fire) or not (the
  * loop itself: a deadline, ts_async_cancel).  Returns the state found under
@@ -125,6 +137,18 @@ void ts_lib_async_complete(struct async_node *a, uint32_t outcome, struct wakeup
 int ts_lib_turnstile_wait_async(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
 				ts_cancel *cancel, ts_notifier *n, ts_async *node,
 				ts_async_fn fn, void *arg, ts_pass *pass, bool fail_open);
+
+/* notifier.c — doorbell waits (ASYNC_SHARED_TURN), on the loop thread:
+ * the doorbell's id (bound on first use: 0 or an errno); the list of
+ * doorbell waits dispatch looks at when the doorbell rings, a token
+ * fires or recover_ns / 2 passes; a token's fire (under its lock) only
+ * makes dispatch look (poke); push a node settled by the loop itself onto
+ * its own completion stack. */
+int ts_lib_notifier_doorbell(ts_notifier *n, uint64_t *id);
+void ts_lib_notifier_remote_add(ts_notifier *n, struct async_node *a);
+void ts_lib_notifier_remote_remove(ts_notifier *n, struct async_node *a);
+void ts_lib_notifier_poke(ts_notifier *n, struct wakeups *wk);
+void ts_lib_notifier_push(struct async_node *a, struct wakeups *wk);
 
 /* notifier.c — the loop's side. */
 void ts_lib_notifier_track(ts_notifier *n, struct async_node *a); /* pending++, deadline */

@@ -7,12 +7,15 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "async.h"
 #include "busy.h"
+#include "doorbell.h"
 #include "hook.h"
 #include "probe.h"
 
@@ -31,6 +34,12 @@ struct ts_notifier {
 	size_t heap_len, heap_room;
 	int64_t armed_at; /* the timerfd's deadline, 0: disarmed */
 	uint64_t callbacks, timeouts;
+	/* doorbell waits (ASYNC_SHARED_TURN, doorbell.h) */
+	_Atomic uint32_t poked; /* a doorbell wait's token fired: look */
+	int dbfd;               /* the doorbell, -1 until first used */
+	uint64_t dbid;
+	struct async_node *remote_head;
+	int64_t look_at;        /* the next look for the dead (recover_ns / 2) */
 };
 
 TS_API ts_notifier *ts_notifier_new(void)
@@ -40,7 +49,7 @@ TS_API ts_notifier *ts_notifier_new(void)
 		errno = ENOMEM;
 		return NULL;
 	}
-	*n = (ts_notifier){ .epfd = -1, .evfd = -1, .tfd = -1 };
+	*n = (ts_notifier){ .epfd = -1, .evfd = -1, .tfd = -1, .dbfd = -1 };
 	n->epfd = epoll_create1(EPOLL_CLOEXEC);
 	n->evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	n->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
@@ -69,6 +78,8 @@ TS_API int ts_notifier_free(ts_notifier *n)
 	close(n->epfd);
 	close(n->evfd);
 	close(n->tfd);
+	if (n->dbfd >= 0)
+		close(n->dbfd);
 	free(n->heap);
 	free(n);
 	return 0;
@@ -103,11 +114,18 @@ static void notifier_release(void *ctx, bool kick);
 /* The seam's async half (waiter_grant): under the queue lock of @a. */
 void ts_lib_async_complete(struct async_node *a, uint32_t outcome, struct wakeups *wk)
 {
-	ts_notifier *n = a->notifier;
 	waiter *w = async_waiter(a);
 
 	atomic_store_explicit(&w->state, outcome, memory_order_release);
 	ts_hook_at(TS_HOOK_GRANTED, &w->state);
+	ts_lib_notifier_push(a, wk);
+}
+
+/* Push @a, whose final state is published, onto its notifier's stack. */
+void ts_lib_notifier_push(struct async_node *a, struct wakeups *wk)
+{
+	ts_notifier *n = a->notifier;
+
 	/* The hold first: once pushed, the node may be dispatched and the
 	 * notifier freed, but not while we hold it. */
 	atomic_fetch_add_explicit(&n->holds, 1, memory_order_relaxed);
@@ -118,6 +136,16 @@ void ts_lib_async_complete(struct async_node *a, uint32_t outcome, struct wakeup
 						      memory_order_relaxed));
 	/* @a is the loop's now: not touched again */
 	atomic_fetch_add_explicit(&n->completions, 1, memory_order_relaxed);
+	bool kick = !atomic_exchange_explicit(&n->signalled, 1, memory_order_acq_rel);
+	wakeups_add_call(wk, notifier_release, n, kick);
+}
+
+/* A doorbell wait's token fired (token lock held): dispatch must look.
+ * The hold keeps the notifier alive until the kick is written. */
+void ts_lib_notifier_poke(ts_notifier *n, struct wakeups *wk)
+{
+	atomic_fetch_add_explicit(&n->holds, 1, memory_order_relaxed);
+	atomic_store_explicit(&n->poked, 1, memory_order_release);
 	bool kick = !atomic_exchange_explicit(&n->signalled, 1, memory_order_acq_rel);
 	wakeups_add_call(wk, notifier_release, n, kick);
 }
@@ -143,6 +171,98 @@ static void notifier_release(void *ctx, bool kick)
 	if (kick)
 		write_fd(n);
 	busy_leave(&n->holds); /* the last touch of n */
+}
+
+/* --- doorbell waits (loop thread) --------------------------------------- */
+
+static void arm(ts_notifier *n);
+
+int ts_lib_notifier_doorbell(ts_notifier *n, uint64_t *id)
+{
+	if (n->dbfd >= 0) {
+		*id = n->dbid;
+		return 0;
+	}
+	int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return errno;
+	for (int tries = 0; tries < 8; tries++) {
+		uint64_t bell;
+		struct sockaddr_un a;
+		if (getrandom(&bell, sizeof(bell), 0) != (ssize_t)sizeof(bell))
+			break;
+		if (!bell)
+			continue;
+		socklen_t len = ts_lib_doorbell_address(bell, &a);
+		if (bind(fd, (struct sockaddr *)&a, len) == 0) {
+			struct epoll_event ev = { .events = EPOLLIN };
+			if (epoll_ctl(n->epfd, EPOLL_CTL_ADD, fd, &ev))
+				break;
+			n->dbfd = fd;
+			*id = n->dbid = bell;
+			return 0;
+		}
+		if (errno != EADDRINUSE)
+			break;
+	}
+	int err = errno ? errno : EIO;
+	close(fd);
+	return err;
+}
+
+void ts_lib_notifier_remote_add(ts_notifier *n, struct async_node *a)
+{
+	a->remote_prev = NULL;
+	a->remote_next = n->remote_head;
+	if (a->remote_next)
+		a->remote_next->remote_prev = a;
+	n->remote_head = a;
+	a->in_remote = true;
+	if (!n->look_at) {
+		n->look_at = ts_now_ns() + ts_lib_shared_recover_ns(a->object) / 2;
+		arm(n);
+	}
+}
+
+void ts_lib_notifier_remote_remove(ts_notifier *n, struct async_node *a)
+{
+	if (!a->in_remote)
+		return;
+	if (a->remote_prev)
+		a->remote_prev->remote_next = a->remote_next;
+	else
+		n->remote_head = a->remote_next;
+	if (a->remote_next)
+		a->remote_next->remote_prev = a->remote_prev;
+	a->in_remote = false;
+	if (!n->remote_head)
+		n->look_at = 0;
+}
+
+/* The doorbell rang, a token fired, or recover_ns / 2 passed: drain the
+ * doorbell, then look at every doorbell wait (a grant publishes its state
+ * before it rings, so a state missed here rings again after the drain).
+ * When it is time, each one's turnstile is also swept for the dead: a
+ * granter that died before ringing, a holder that died. */
+static void look_remote(ts_notifier *n, int64_t now)
+{
+	char buf[64];
+	bool rang = false;
+	if (n->dbfd >= 0)
+		while (recv(n->dbfd, buf, sizeof(buf), MSG_DONTWAIT) >= 0)
+			rang = true;
+	bool poked = atomic_exchange_explicit(&n->poked, 0, memory_order_acq_rel);
+	bool due = n->look_at && now >= n->look_at;
+	if (!n->remote_head || !(rang || poked || due))
+		return;
+	for (struct async_node *a = n->remote_head, *next; a; a = next) {
+		next = a->remote_next; /* a look may take @a off the list */
+		if (due)
+			ts_lib_shared_poll(a->object);
+		ts_lib_async_look(a);
+	}
+	if (due && n->remote_head)
+		n->look_at = now + ts_lib_shared_recover_ns(n->remote_head->object) / 2;
 }
 
 /* --- the ready list (loop thread) --------------------------------------- */
@@ -261,9 +381,11 @@ static void heap_remove(ts_notifier *n, struct async_node *a)
  * once for nothing and dispatch arms it again. */
 static void arm(ts_notifier *n)
 {
-	if (!n->heap_len)
+	if (!n->heap_len && !n->look_at)
 		return;
-	int64_t d = n->heap[0]->deadline_ns;
+	int64_t d = n->heap_len ? n->heap[0]->deadline_ns : n->look_at;
+	if (n->look_at && n->look_at < d)
+		d = n->look_at;
 	if (n->armed_at && n->armed_at <= d)
 		return;
 	struct itimerspec its = { .it_value = { d / 1000000000, d % 1000000000 } };
@@ -301,8 +423,10 @@ void ts_lib_notifier_untrack(ts_notifier *n, struct async_node *a)
  * deadline leaves the heap. */
 static void expire(ts_notifier *n)
 {
-	if (!n->heap_len && !n->armed_at)
+	if (!n->heap_len && !n->armed_at) {
+		arm(n); /* a look for the dead may be due later */
 		return;
+	}
 	int64_t now = ts_now_ns();
 	if (n->armed_at && now >= n->armed_at) {
 		uint64_t ticks;
@@ -334,8 +458,10 @@ static int result_of(struct async_node *a, int64_t now)
 	switch (s) {
 	case WAITER_GRANTED:
 		r = 0;
-		if (a->kind == ASYNC_TURN) {
-			a->pass.private_turnstile = a->object;
+		if (a->kind != ASYNC_TAKE) {
+			a->pass.private_turnstile = a->kind == ASYNC_SHARED_TURN
+							    ? ts_lib_shared_pass_name(a->object)
+							    : a->object;
 			a->pass.private_waited_ns = now - a->start_ns;
 		} else {
 			a->item = a->q.take.item;
@@ -413,6 +539,7 @@ TS_API int ts_notifier_dispatch(ts_notifier *n)
 	ssize_t got = read(n->evfd, &count, sizeof(count)); /* EAGAIN: nothing written */
 	(void)got;
 	atomic_exchange_explicit(&n->signalled, 1, memory_order_acq_rel);
+	look_remote(n, ts_now_ns());
 	ts_lib_notifier_collect(n);
 	expire(n);
 	int ran = 0;

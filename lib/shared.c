@@ -59,9 +59,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include "busy.h"
+#include "doorbell.h"
 #include "futex.h"
 #include "hook.h"
 #include "probe.h"
@@ -80,7 +84,6 @@
 #define pw_held(w) ((int64_t)((w) & PW_MASK))
 #define pw_cache(w) ((int64_t)(((w) >> 32) & PW_MASK))
 
-#define LOCK_CONTENDED 0x80000000u
 enum { PROC_FREE = 0, PROC_LIVE = 1 };
 /* A waiter slot's state: the WAITER_* values of waiter.h, or FREE. */
 #define SLOT_FREE 255u
@@ -94,7 +97,8 @@ struct seg_header {
 	uint32_t max_processes;
 	int64_t recover_ns;
 	uint64_t size, procs_off, slots_off, heap_off;
-	_Alignas(64) _Atomic uint32_t lock;
+	_Alignas(64) _Atomic uint64_t lock; /* the lock's word (seg_lock) */
+	_Atomic uint32_t lockwake;   /* its sleepers' futex word */
 	_Atomic uint32_t closed;     /* truth */
 	_Atomic int64_t ceiling;     /* truth */
 	_Atomic int64_t avail;       /* derived: free passes not cached */
@@ -116,6 +120,8 @@ struct seg_slot {
 	int32_t band;                        /* the claim, under lock */
 	int64_t since;
 	uint64_t seq, arrival;
+	_Atomic uint64_t doorbell;           /* 0: a parked thread; else the
+						event-loop notifier to ring */
 };
 
 /* This process's view: layout copied at attach and never re-read from the
@@ -129,6 +135,7 @@ struct shared_handle {
 	uint32_t max_waiters, nslots, max_processes;
 	int64_t recover_ns;
 	int lock_fd;                     /* our own open file description */
+	int reopen_err;                  /* why a child of fork has none */
 	uint32_t id;                     /* lock identity: our slot + 1 */
 	uint32_t slot;                   /* NO_SLOT until registered */
 	struct seg_proc *_Atomic me;     /* NULL until registered (again after fork) */
@@ -136,6 +143,18 @@ struct shared_handle {
 	struct spin_policy spin;
 	struct shared_handle *next;      /* every handle of this process (fork) */
 	ts_turnstile *t;
+	/* What passes name as their turnstile: one per registration, so a
+	 * copy of the parent's pass returned in a child of fork is told
+	 * from the child's own (and ignored).  Older ones stay allocated
+	 * (passes may still point at them) until the handle is freed. */
+	ts_turnstile *_Atomic alias;
+	struct alias *aliases;
+	_Atomic uint32_t busy;           /* calls between a grant's batches (busy.h) */
+};
+
+struct alias {
+	ts_turnstile t; /* first: a pass's private_turnstile points here */
+	struct alias *older;
 };
 
 /* --- fault injection: die at a numbered step --------------------------- */
@@ -192,6 +211,16 @@ static bool proc_alive(struct shared_handle *h, uint32_t p)
 
 /* --- the lock ------------------------------------------------------------ */
 
+/* lock = generation << 32 | CONTENDED | owner's slot + 1 (0: free).  Every
+ * unlock and every takeover moves the generation on, so a locker that saw
+ * a dead owner and was delayed cannot take over from a live process that
+ * got the lock since — even one that got the dead process's slot, and so
+ * its id (the CAS compares the generation too).  Sleepers park on `lockwake`,
+ * bumped by an unlock that finds CONTENDED. */
+#define LOCK_CONTENDED ((uint64_t)1 << 31)
+#define LOCK_OWNER(v) ((uint32_t)((v) & 0x7fffffff))
+#define LOCK_NEXT(v) ((((v) >> 32) + 1) << 32)
+
 static int64_t lock_slice(const struct shared_handle *h)
 {
 	int64_t s = h->recover_ns / 4;
@@ -202,62 +231,84 @@ static void rebuild(struct shared_handle *h, int64_t *passes_back, struct wakeup
 
 /* Take the lock; if its owner died, take it over and rebuild (the dead
  * owner may have stopped between any two of its writes, each of which left
- * the records exact: only derived state needs redoing). */
-static void seg_lock(struct shared_handle *h, struct wakeups *wk)
+ * the records exact: only derived state needs redoing; *@passes_back, if
+ * given, counts what the rebuild gives back).  An owner is declared dead
+ * only after one whole slice in which the lock word did not change at all
+ * (a signal's EINTR does not restart the slice) and the kernel says its
+ * process is gone. */
+static void seg_lock_counting(struct shared_handle *h, struct wakeups *wk, int64_t *passes_back)
 {
-	_Atomic uint32_t *lock = &h->seg->lock;
-	uint32_t v = 0;
+	_Atomic uint64_t *lock = &h->seg->lock;
+	uint64_t v = atomic_load_explicit(lock, memory_order_relaxed), seen = 0;
+	int64_t slice_end = 0;
 
-	if (atomic_compare_exchange_strong_explicit(lock, &v, h->id, memory_order_acquire,
-						    memory_order_relaxed))
-		goto locked;
-	for (int i = 0; i < 128; i++) {
-		cpu_relax();
-		v = 0;
-		if (atomic_load_explicit(lock, memory_order_relaxed) == 0 &&
-		    atomic_compare_exchange_strong_explicit(lock, &v, h->id, memory_order_acquire,
-							    memory_order_relaxed))
-			goto locked;
-	}
-	for (;;) {
-		v = atomic_load_explicit(lock, memory_order_relaxed);
-		if (v == 0) {
-			if (atomic_compare_exchange_strong_explicit(lock, &v, h->id | LOCK_CONTENDED,
-								    memory_order_acquire,
-								    memory_order_relaxed))
-				goto locked;
+	for (int spins = 0;; spins++) {
+		if (!LOCK_OWNER(v)) {
+			uint64_t mine = (v & ~(uint64_t)0xffffffff) | h->id |
+					(spins > 128 ? LOCK_CONTENDED : 0);
+			if (atomic_compare_exchange_weak_explicit(lock, &v, mine, memory_order_acquire,
+								  memory_order_relaxed))
+				break;
 			continue;
 		}
+		if (spins < 128) {
+			cpu_relax();
+			v = atomic_load_explicit(lock, memory_order_relaxed);
+			continue;
+		}
+		uint32_t bell = atomic_load_explicit(&h->seg->lockwake, memory_order_acquire);
 		if (!(v & LOCK_CONTENDED) &&
-		    !atomic_compare_exchange_strong_explicit(lock, &v, v | LOCK_CONTENDED,
-							     memory_order_relaxed,
-							     memory_order_relaxed))
+		    !atomic_compare_exchange_weak_explicit(lock, &v, v | LOCK_CONTENDED,
+							   memory_order_relaxed,
+							   memory_order_relaxed))
 			continue;
 		v |= LOCK_CONTENDED;
-		if (futex_wait_on(lock, v, ts_now_ns() + lock_slice(h), true) != ETIMEDOUT ||
-		    proc_alive(h, (v & ~LOCK_CONTENDED) - 1))
+		int64_t now = ts_now_ns();
+		if (v != seen) {
+			seen = v;
+			slice_end = now + lock_slice(h);
+		}
+		if (now < slice_end) {
+			futex_wait_on(&h->seg->lockwake, bell, slice_end, true);
+			v = atomic_load_explicit(lock, memory_order_relaxed);
 			continue;
-		/* The owner is dead: its word cannot change under us but by a
-		 * rival taking over too; the CAS picks one of us. */
-		if (atomic_compare_exchange_strong_explicit(lock, &v, h->id | LOCK_CONTENDED,
+		}
+		if (proc_alive(h, LOCK_OWNER(v) - 1)) {
+			slice_end = now + lock_slice(h);
+			continue;
+		}
+		/* The owner is dead: the word changes now only by a rival
+		 * taking over too; the CAS (generation included) picks one. */
+		if (atomic_compare_exchange_strong_explicit(lock, &v, LOCK_NEXT(v) | LOCK_CONTENDED | h->id,
 							    memory_order_acquire,
 							    memory_order_relaxed)) {
 			TS_LOCKS_HELD_ADD(1);
-			TS_PROBE2(shared__takeover, h->t, (v & ~LOCK_CONTENDED) - 1);
-			rebuild(h, NULL, wk);
+			TS_PROBE2(shared__takeover, h->t, LOCK_OWNER(seen) - 1);
+			rebuild(h, passes_back, wk);
 			return;
 		}
 	}
-locked:
 	TS_LOCKS_HELD_ADD(1);
 }
 
+static void seg_lock(struct shared_handle *h, struct wakeups *wk)
+{
+	seg_lock_counting(h, wk, NULL);
+}
+
+/* The last touch of the handle is reading the segment's address: after the
+ * exchange the handle may be freed (free after the last return). */
 static void seg_unlock(struct shared_handle *h)
 {
+	struct seg_header *sg = h->seg;
 	TS_LOCKS_HELD_ADD(-1);
 	STEP(1); /* about to unlock */
-	if (atomic_exchange_explicit(&h->seg->lock, 0, memory_order_release) & LOCK_CONTENDED)
-		futex_wake_on(&h->seg->lock, 1, true);
+	uint64_t v = atomic_load_explicit(&sg->lock, memory_order_relaxed);
+	if (atomic_exchange_explicit(&sg->lock, LOCK_NEXT(v), memory_order_release) &
+	    LOCK_CONTENDED) {
+		atomic_fetch_add_explicit(&sg->lockwake, 1, memory_order_release);
+		futex_wake_on(&sg->lockwake, 1, true);
+	}
 }
 
 /* --- the queue: a heap of waiter slots, derived, under the lock --------- */
@@ -390,6 +441,44 @@ static void maybe_undrain(struct shared_handle *h, struct seg_proc *me)
 		atomic_fetch_and_explicit(&me->word, ~PW_DRAINED, memory_order_relaxed);
 }
 
+/* --- how a slot is told: THE SEAM of the shared turnstile ---------------- */
+
+/* Every process rings doorbells from one unbound datagram socket. */
+static _Atomic int ring_fd = -1;
+
+static void ring_doorbell(void *ctx, bool unused)
+{
+	(void)unused;
+	int fd = atomic_load_explicit(&ring_fd, memory_order_acquire);
+	if (fd < 0) {
+		int mine = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+		if (mine < 0)
+			return; /* the loop's sweep finds the grant within recover_ns */
+		if (atomic_compare_exchange_strong(&ring_fd, &fd, mine))
+			fd = mine;
+		else
+			close(mine);
+	}
+	struct sockaddr_un a;
+	socklen_t len = ts_lib_doorbell_address((uint64_t)(uintptr_t)ctx, &a);
+	char one = 1;
+	/* EAGAIN (a full queue is readable already), ECONNREFUSED (the loop
+	 * is gone): nothing more to do either way. */
+	(void)sendto(fd, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&a, len);
+}
+
+/* Tell slot @s, just given a final state (the old one @was): a parked
+ * thread by a shared futex wake if it sleeps, an event-loop wait by its
+ * notifier's doorbell.  Issued after unlocking (wakeups). */
+static void tell_slot(struct shared_handle *h, uint32_t s, uint32_t was, struct wakeups *wk)
+{
+	uint64_t bell = atomic_load_explicit(&h->slots[s].doorbell, memory_order_relaxed);
+	if (bell)
+		wakeups_add_call(wk, ring_doorbell, (void *)(uintptr_t)bell, false);
+	else if (was == WAITER_SLEEPING)
+		wakeups_add_shared(wk, &h->slots[s].state);
+}
+
 /* Hand free passes to the head waiters, in order.  Each grant is ONE
  * exchange on the slot: the pass moves from `avail` into the GRANTED
  * record.  A wake is owed only to a sleeper; a full batch stops early (the
@@ -402,9 +491,10 @@ static void grant_heads(struct shared_handle *h, struct wakeups *wk)
 		uint32_t s = heap_remove(h, 0);
 		STEP(3); /* head unlinked, not yet granted */
 		avail_add(h, -1);
-		if (atomic_exchange_explicit(&h->slots[s].state, WAITER_GRANTED,
-					     memory_order_acq_rel) == WAITER_SLEEPING)
-			wakeups_add_shared(wk, &h->slots[s].state);
+		tell_slot(h, s,
+			  atomic_exchange_explicit(&h->slots[s].state, WAITER_GRANTED,
+						   memory_order_acq_rel),
+			  wk);
 		STEP(4); /* granted, not yet woken */
 	}
 }
@@ -415,18 +505,28 @@ static bool more_owed(struct shared_handle *h)
 	       !atomic_load_explicit(&h->seg->closed, memory_order_relaxed);
 }
 
-/* Unlock, wake, and go on granting batch by batch while more are owed. */
+/* Unlock, wake, and go on granting batch by batch while more are owed,
+ * with the handle marked busy across the gaps: a waiter granted in an
+ * early batch may return and free the handle meanwhile (free after the
+ * last return), and the free waits for busy. */
 static void unlock_and_wake(struct shared_handle *h, struct wakeups *wk)
 {
+	bool gaps = false;
 	for (;;) {
 		bool more = more_owed(h) || wakeups_full(wk);
-		seg_unlock(h);
+		if (more && !gaps) {
+			busy_enter(&h->busy);
+			gaps = true;
+		}
+		seg_unlock(h); /* without gaps, the last touch of h */
 		wakeups_flush(wk);
 		if (!more)
-			return;
+			break;
 		seg_lock(h, wk);
 		grant_heads(h, wk);
 	}
+	if (gaps)
+		busy_leave(&h->busy);
 }
 
 /* --- rebuild: recompute everything derived from the records ------------ */
@@ -500,7 +600,7 @@ static void rebuild(struct shared_handle *h, int64_t *passes_back, struct wakeup
 	for (uint32_t s = 0; s < h->nslots; s++) {
 		uint32_t st = atomic_load_explicit(&h->slots[s].state, memory_order_relaxed);
 		if ((st == WAITER_GRANTED || st == WAITER_CLOSED) && !wakeups_full(wk))
-			wakeups_add_shared(wk, &h->slots[s].state);
+			tell_slot(h, s, WAITER_SLEEPING, wk);
 	}
 	if (passes_back)
 		*passes_back += back;
@@ -522,12 +622,14 @@ static void recover_now(struct shared_handle *h, int64_t *passes_back)
 {
 	struct wakeups wk;
 	wakeups_init(&wk);
-	seg_lock(h, &wk);
+	seg_lock_counting(h, &wk, passes_back); /* a takeover's rebuild counts too */
 	rebuild(h, passes_back, &wk);
 	unlock_and_wake(h, &wk);
 }
 
-/* A waiter's slice ended: one waiter per half recover_ns looks for the dead. */
+/* Once per half recover_ns, one of the processes that wait looks for the
+ * dead: at a parked waiter's slice end, at every slow wait (a wait that is
+ * too short or too quick to end a slice), and in an event loop's look. */
 static void sweep(struct shared_handle *h)
 {
 	_Atomic int64_t *next = &h->seg->next_sweep_ns;
@@ -563,8 +665,10 @@ static void atfork_child(void)
 	STEP_FORKED();
 	for (struct shared_handle *h = handles; h; h = h->next) {
 		int fd = reopen(h->lock_fd);
+		h->reopen_err = fd < 0 ? errno : 0;
 		close(h->lock_fd);
 		h->lock_fd = fd;
+		atomic_store_explicit(&h->alias, NULL, memory_order_relaxed);
 		h->slot = NO_SLOT;
 		h->id = 0;
 		atomic_store_explicit(&h->me, NULL, memory_order_relaxed);
@@ -588,6 +692,21 @@ static void atfork_install(void)
 	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 }
 
+/* A turnstile-shaped name for this registration's passes: its word reads
+ * WAITERS|CLOSED, so inlined fast paths send its passes to the library. */
+static struct alias *alias_new(struct shared_handle *h)
+{
+	struct alias *a = aligned_alloc(64, sizeof(*a));
+	if (!a)
+		return NULL;
+	memset(&a->t, 0, sizeof(a->t));
+	atomic_init(&a->t.word, WORD_WAITERS | WORD_CLOSED);
+	a->t.shared = h;
+	a->older = h->aliases;
+	h->aliases = a;
+	return a;
+}
+
 /* Claim a process slot: its byte first (the kernel arbitrates between
  * rivals), then, under the lock and after a rebuild that frees whatever
  * a dead previous owner of the slot left, its records.  The lock
@@ -599,7 +718,10 @@ static int register_proc(struct shared_handle *h)
 	uint32_t p = NO_SLOT;
 
 	if (h->lock_fd < 0)
-		return EBADF;
+		return h->reopen_err;
+	struct alias *a = alias_new(h);
+	if (!a)
+		return ENOMEM;
 	for (int round = 0; round < 2 && p == NO_SLOT; round++)
 		for (uint32_t i = 0; i < h->max_processes; i++) {
 			bool free_slot = atomic_load_explicit(&h->procs[i].state,
@@ -618,6 +740,12 @@ static int register_proc(struct shared_handle *h)
 	struct wakeups wk;
 	wakeups_init(&wk);
 	seg_lock(h, &wk);
+	/* We hold its byte: a previous owner is dead, even if rebuild cannot
+	 * tell (its records go first, then rebuild frees its waits). */
+	if (atomic_load_explicit(&h->procs[p].state, memory_order_relaxed) == PROC_LIVE) {
+		atomic_store_explicit(&h->procs[p].word, 0, memory_order_relaxed);
+		atomic_store_explicit(&h->procs[p].state, PROC_FREE, memory_order_release);
+	}
 	rebuild(h, NULL, &wk);
 	bool drained = queued(h) || avail(h) < 0 ||
 		       atomic_load_explicit(&h->seg->closed, memory_order_relaxed);
@@ -625,10 +753,12 @@ static int register_proc(struct shared_handle *h)
 	atomic_store_explicit(&h->procs[p].state, PROC_LIVE, memory_order_release);
 	STEP(7); /* registered, lock still held */
 	h->slot = p;
+	atomic_store_explicit(&h->alias, &a->t, memory_order_relaxed);
 	atomic_store_explicit(&h->me, &h->procs[p], memory_order_release);
 	unlock_and_wake(h, &wk);
 	return 0;
 }
+
 
 /* Our process slot, registering first if this process has none yet. */
 static struct seg_proc *me_of(struct shared_handle *h, int *err)
@@ -677,55 +807,102 @@ static uint32_t slot_alloc(struct shared_handle *h)
 	return NO_SLOT;
 }
 
-/* The queued part: enqueue under the lock, park in slices, settle under the
- * lock.  Returns 0 with the pass in our `held`, or the error. */
-static int wait_queued(struct shared_handle *h, struct seg_proc *me, const ts_claim *claim,
-		       int64_t deadline_ns, ts_cancel *cancel, int64_t start)
+/* Under the lock: take a free pass, refuse, or queue a waiter slot told by
+ * @doorbell (0: a parked thread).  Returns 0 (the pass is in our `held`),
+ * ESHUTDOWN, ETIMEDOUT, EAGAIN, or EINPROGRESS with *@slot queued (and
+ * *@first when it queued first, the head: it may spin). */
+static int enqueue(struct shared_handle *h, struct seg_proc *me, const ts_claim *claim,
+		   int64_t deadline_ns, int64_t start, uint64_t doorbell, uint32_t *slot,
+		   bool *first)
 {
 	struct seg_header *sg = h->seg;
 	struct wakeups wk;
-	int r;
+	int r = EINPROGRESS;
 
 	wakeups_init(&wk);
 	seg_lock(h, &wk);
-	if (atomic_load_explicit(&sg->closed, memory_order_relaxed)) {
+	uint32_t s = NO_SLOT;
+	if (atomic_load_explicit(&sg->closed, memory_order_relaxed))
 		r = ESHUTDOWN;
-		goto out;
-	}
-	if (take_locked(h, me)) {
+	else if (take_locked(h, me))
 		r = 0;
-		goto out;
-	}
-	if (deadline_ns && start >= deadline_ns) {
+	else if (deadline_ns && start >= deadline_ns)
 		r = ETIMEDOUT;
-		goto out;
-	}
-	uint32_t s = queued(h) < h->max_waiters ? slot_alloc(h) : NO_SLOT;
-	if (s == NO_SLOT) {
+	else if ((s = queued(h) < h->max_waiters ? slot_alloc(h) : NO_SLOT) == NO_SLOT)
 		r = EAGAIN;
-		goto out;
+	if (r != EINPROGRESS) {
+		unlock_and_wake(h, &wk);
+		return r;
 	}
 	struct seg_slot *sl = &h->slots[s];
 	atomic_store_explicit(&sl->proc, h->slot, memory_order_relaxed);
+	atomic_store_explicit(&sl->doorbell, doorbell, memory_order_relaxed);
 	sl->band = claim->priority;
 	sl->since = claim->since_ns;
 	sl->seq = claim->seq;
 	sl->arrival = sg->arrivals++;
-	bool first = queued(h) == 0;
+	*first = queued(h) == 0;
 	atomic_store_explicit(&sl->state, WAITER_QUEUED, memory_order_release);
 	STEP(9); /* queued record written, heap not yet */
 	uint32_t n = queued(h);
 	heap_put(h, n, s);
 	atomic_store_explicit(&sg->nqueued, n + 1, memory_order_relaxed);
 	heap_up(h, n);
-	if (first)
+	if (*first)
 		collect_all(h, true); /* no barging from here on */
 	grant_heads(h, &wk);
 	unlock_and_wake(h, &wk);
+	*slot = s;
+	return EINPROGRESS;
+}
+
+/* Under the lock, end slot @s's wait: a grant moves into our `held`, a
+ * close or a withdrawal (@withdraw: a deadline, a token, a cancel; else a
+ * still-queued slot stays queued) frees the slot.  Returns the state
+ * found: GRANTED, CLOSED, or QUEUED. */
+static uint32_t settle(struct shared_handle *h, struct seg_proc *me, uint32_t s, bool withdraw)
+{
+	struct seg_slot *sl = &h->slots[s];
+	struct wakeups wk;
+
+	wakeups_init(&wk);
+	seg_lock(h, &wk);
+	uint32_t st = atomic_load_explicit(&sl->state, memory_order_acquire);
+	bool ours = atomic_load_explicit(&sl->proc, memory_order_relaxed) == h->slot;
+	if (slot_queued(st)) {
+		st = WAITER_QUEUED;
+		if (!withdraw && ours)
+			goto out;
+		heap_remove_slot(h, s);
+	} else if (st == WAITER_GRANTED && ours) {
+		atomic_fetch_add_explicit(&me->word, PW_HELD, memory_order_relaxed);
+		STEP(11); /* pass in `held` and still in the GRANTED slot: ours both */
+		maybe_undrain(h, me);
+	} else {
+		st = WAITER_CLOSED;
+	}
+	/* Ours unless a scribble says otherwise (a rebuild frees only the
+	 * slots of the dead). */
+	if (ours)
+		atomic_store_explicit(&sl->state, SLOT_FREE, memory_order_release);
+out:
+	unlock_and_wake(h, &wk);
+	return st;
+}
+
+/* The queued part of a blocking wait: enqueue, park in slices, settle. */
+static int wait_queued(struct shared_handle *h, struct seg_proc *me, const ts_claim *claim,
+		       int64_t deadline_ns, ts_cancel *cancel, int64_t start)
+{
+	uint32_t s;
+	bool first;
+	int r = enqueue(h, me, claim, deadline_ns, start, 0, &s, &first);
+	if (r != EINPROGRESS)
+		return r;
 
 	waiter w;
 	waiter_init(&w, NULL);
-	w.word = &sl->state;
+	w.word = &h->slots[s].state;
 	w.shared = true;
 	w.spin = first && spin_policy_allows(&h->spin);
 	if (cancel)
@@ -744,29 +921,35 @@ static int wait_queued(struct shared_handle *h, struct seg_proc *me, const ts_cl
 	if (cancel)
 		ts_lib_cancel_unwatch(cancel, &w);
 	STEP(10); /* woken or gave up, not yet settled */
-
-	wakeups_init(&wk);
-	seg_lock(h, &wk);
-	uint32_t st = atomic_load_explicit(&sl->state, memory_order_acquire);
-	if (slot_queued(st) && atomic_load_explicit(&sl->proc, memory_order_relaxed) == h->slot) {
-		heap_remove_slot(h, s);
-		r = outcome == WAITER_CANCELED ? ECANCELED : ETIMEDOUT;
-	} else if (st == WAITER_GRANTED) {
-		atomic_fetch_add_explicit(&me->word, PW_HELD, memory_order_relaxed);
-		STEP(11); /* pass in `held` and still in the GRANTED slot: ours both */
-		r = 0;
-	} else {
-		r = ESHUTDOWN;
+	switch (settle(h, me, s, true)) {
+	case WAITER_GRANTED:
+		return 0;
+	case WAITER_CLOSED:
+		return ESHUTDOWN;
+	default:
+		return outcome == WAITER_CANCELED ? ECANCELED : ETIMEDOUT;
 	}
-	/* Ours unless a rebuild freed it (it cannot have: we live), or a
-	 * scribble did. */
-	if (atomic_load_explicit(&sl->proc, memory_order_relaxed) == h->slot)
-		atomic_store_explicit(&sl->state, SLOT_FREE, memory_order_release);
-	if (r == 0)
-		maybe_undrain(h, me);
-out:
-	unlock_and_wake(h, &wk);
-	return r;
+}
+
+/* Take a pass from our cache: one CAS, no lock. */
+static bool take_fast(struct seg_proc *me)
+{
+	uint64_t w = atomic_load_explicit(&me->word, memory_order_relaxed);
+	while (!(w & PW_DRAINED) && pw_cache(w) > 0)
+		if (atomic_compare_exchange_weak_explicit(&me->word, &w, w - PW_CACHE + PW_HELD,
+							  memory_order_acquire, memory_order_relaxed))
+			return true;
+	return false;
+}
+
+static ts_turnstile *pass_name(struct shared_handle *h)
+{
+	return atomic_load_explicit(&h->alias, memory_order_relaxed);
+}
+
+ts_turnstile *ts_lib_shared_pass_name(ts_turnstile *t)
+{
+	return pass_name(t->shared);
 }
 
 int ts_lib_shared_wait(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
@@ -778,28 +961,75 @@ int ts_lib_shared_wait(ts_turnstile *t, const ts_claim *claim, int64_t deadline_
 
 	if (!me)
 		return err;
-	if (!cancel_fired_now(cancel)) {
-		uint64_t w = atomic_load_explicit(&me->word, memory_order_relaxed);
-		while (!(w & PW_DRAINED) && pw_cache(w) > 0)
-			if (atomic_compare_exchange_weak_explicit(&me->word, &w,
-								  w - PW_CACHE + PW_HELD,
-								  memory_order_acquire,
-								  memory_order_relaxed)) {
-				pass->private_turnstile = t;
-				return 0;
-			}
+	if (!cancel_fired_now(cancel) && take_fast(me)) {
+		pass->private_turnstile = pass_name(h);
+		return 0;
 	}
 	if (atomic_load_explicit(&h->seg->closed, memory_order_relaxed))
 		return ESHUTDOWN;
 	if (cancel_fired_now(cancel))
 		return ECANCELED;
 	int64_t start = ts_now_ns();
+	sweep(h); /* when due: waits too short or too quick to end a slice */
 	int r = wait_queued(h, me, claim, deadline_ns, cancel, start);
 	if (r == 0) {
-		pass->private_turnstile = t;
+		pass->private_turnstile = pass_name(h);
 		pass->private_waited_ns = ts_now_ns() - start;
 	}
 	return r;
+}
+
+/* --- event-loop waits (async.c): the same queue, told by a doorbell --- */
+
+int ts_lib_shared_enqueue_async(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
+				ts_cancel *cancel, uint64_t doorbell, uint32_t *slot,
+				ts_pass *pass)
+{
+	struct shared_handle *h = t->shared;
+	int err = 0;
+	struct seg_proc *me = me_of(h, &err);
+	bool first;
+
+	if (!me)
+		return err;
+	if (!cancel_fired_now(cancel) && take_fast(me)) {
+		pass->private_turnstile = pass_name(h);
+		return 0;
+	}
+	if (atomic_load_explicit(&h->seg->closed, memory_order_relaxed))
+		return ESHUTDOWN;
+	if (cancel_fired_now(cancel))
+		return ECANCELED;
+	int r = enqueue(h, me, claim, deadline_ns, ts_now_ns(), doorbell, slot, &first);
+	if (r == 0)
+		pass->private_turnstile = pass_name(h);
+	return r;
+}
+
+bool ts_lib_shared_slot_final(const ts_turnstile *t, uint32_t slot)
+{
+	struct shared_handle *h = t->shared;
+	return slot < h->nslots &&
+	       !slot_queued(atomic_load_explicit(&h->slots[slot].state, memory_order_acquire));
+}
+
+uint32_t ts_lib_shared_settle(ts_turnstile *t, uint32_t slot, bool withdraw)
+{
+	struct shared_handle *h = t->shared;
+	struct seg_proc *me = atomic_load_explicit(&h->me, memory_order_acquire);
+	if (!me || slot >= h->nslots)
+		return WAITER_CLOSED; /* not ours: a fork's child, or a bad slot */
+	return settle(h, me, slot, withdraw);
+}
+
+void ts_lib_shared_poll(ts_turnstile *t)
+{
+	sweep(t->shared);
+}
+
+int64_t ts_lib_shared_recover_ns(const ts_turnstile *t)
+{
+	return t->shared->recover_ns;
 }
 
 void ts_lib_shared_return(ts_turnstile *t)
@@ -808,8 +1038,8 @@ void ts_lib_shared_return(ts_turnstile *t)
 	struct seg_proc *me = atomic_load_explicit(&h->me, memory_order_acquire);
 	struct wakeups wk;
 
-	if (!me)
-		return; /* a child that never registered holds nothing */
+	if (!me || t != pass_name(h))
+		return; /* not this registration's pass: the parent's, in a child */
 	uint64_t w = atomic_load_explicit(&me->word, memory_order_relaxed);
 	while (!(w & PW_DRAINED) && pw_held(w) > 0)
 		if (atomic_compare_exchange_weak_explicit(&me->word, &w, w + PW_CACHE - PW_HELD,
@@ -862,7 +1092,7 @@ void ts_lib_shared_close(ts_turnstile *t)
 {
 	struct shared_handle *h = t->shared;
 	struct wakeups wk;
-	int err = 0;
+	int err = 0, gaps = 0;
 
 	if (!me_of(h, &err))
 		return;
@@ -875,19 +1105,24 @@ void ts_lib_shared_close(ts_turnstile *t)
 	for (;;) {
 		while (queued(h) && !wakeups_full(&wk)) {
 			uint32_t s = heap_remove(h, 0);
-			if (atomic_exchange_explicit(&h->slots[s].state, WAITER_CLOSED,
-						     memory_order_acq_rel) == WAITER_SLEEPING)
-				wakeups_add_shared(&wk, &h->slots[s].state);
+			tell_slot(h, s,
+				  atomic_exchange_explicit(&h->slots[s].state, WAITER_CLOSED,
+							   memory_order_acq_rel),
+				  &wk);
 			STEP(15); /* one waiter closed */
 		}
 		if (!queued(h))
 			break;
+		if (!gaps++)
+			busy_enter(&h->busy);
 		seg_unlock(h);
 		wakeups_flush(&wk);
 		wakeups_init(&wk);
 		seg_lock(h, &wk);
 	}
 	unlock_and_wake(h, &wk);
+	if (gaps)
+		busy_leave(&h->busy);
 }
 
 bool ts_lib_shared_closed(const ts_turnstile *t)
@@ -929,6 +1164,7 @@ void ts_lib_shared_free(ts_turnstile *t)
 		grant_heads(h, &wk);
 		unlock_and_wake(h, &wk);
 	}
+	busy_wait_idle(&h->busy); /* a granter between batches */
 	pthread_mutex_lock(&handles_lock);
 	for (struct shared_handle **pp = &handles; *pp; pp = &(*pp)->next)
 		if (*pp == h) {
@@ -940,6 +1176,10 @@ void ts_lib_shared_free(ts_turnstile *t)
 		close(h->lock_fd);
 	munmap(h->seg, h->size);
 	pthread_mutex_destroy(&h->registering);
+	for (struct alias *a = h->aliases, *older; a; a = older) {
+		older = a->older;
+		free(a);
+	}
 	free(h);
 	free(t);
 }
@@ -966,17 +1206,14 @@ static bool regular_file(int fd, struct stat *st)
 	return fd >= 0 && fstat(fd, st) == 0 && S_ISREG(st->st_mode);
 }
 
-/* Whether a live process holds a byte of the file (is attached). */
+/* Whether a live process holds a byte of the file (is attached), asked
+ * through the caller's description, which never holds one of our locks
+ * (attach opens a description of its own).  Cannot tell: busy. */
 static bool attached_by_anyone(int fd)
 {
 	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0,
 			    .l_len = TS_SHARED_MAX_PROCESSES };
-	int own = reopen(fd); /* never one of our attachments' descriptions */
-	if (own < 0)
-		return false;
-	int r = fcntl(own, F_OFD_GETLK, &fl);
-	close(own);
-	return r == 0 && fl.l_type != F_UNLCK;
+	return fcntl(fd, F_OFD_GETLK, &fl) != 0 || fl.l_type != F_UNLCK;
 }
 
 TS_API int ts_shared_format(int fd, int64_t concurrency, const ts_shared_limits *limits)
@@ -1048,6 +1285,10 @@ static ts_turnstile *attach_fail(int err, struct shared_handle *h, void *m, size
 		if (h->lock_fd >= 0)
 			close(h->lock_fd);
 		pthread_mutex_destroy(&h->registering);
+		for (struct alias *a = h->aliases, *older; a; a = older) {
+			older = a->older;
+			free(a);
+		}
 		free(h->t);
 		free(h);
 	}

@@ -35,8 +35,6 @@ TS_API const char *ts_strerror(int err)
 		return "too many processes: the shared turnstile's max_processes are attached";
 	case EPROTO:
 		return "another layout: the shared turnstile's file was laid out by another layout version";
-	case EOPNOTSUPP:
-		return "not supported on a process-shared turnstile";
 	case EALREADY:
 		return "already completed: the wait's pass, item or slot was handed on";
 	default: {

@@ -41,6 +41,20 @@ void ts_lib_shared_close(ts_turnstile *t);
 bool ts_lib_shared_closed(const ts_turnstile *t);
 void ts_lib_shared_snapshot(const ts_turnstile *t, int64_t *available, int64_t *waiting);
 void ts_lib_shared_free(ts_turnstile *t);
+/* Event-loop waits on a shared handle (async.c): queue a slot told by
+ * @doorbell (0, ESHUTDOWN, ECANCELED, ETIMEDOUT, EAGAIN, EUSERS, or
+ * EINPROGRESS with *@slot); whether its state is final (no lock); settle
+ * it under the lock (GRANTED: the pass is the caller's; CLOSED; QUEUED:
+ * still queued, or withdrawn now when @withdraw); sweep for the dead. */
+int ts_lib_shared_enqueue_async(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
+				ts_cancel *cancel, uint64_t doorbell, uint32_t *slot,
+				ts_pass *pass);
+bool ts_lib_shared_slot_final(const ts_turnstile *t, uint32_t slot);
+uint32_t ts_lib_shared_settle(ts_turnstile *t, uint32_t slot, bool withdraw);
+void ts_lib_shared_poll(ts_turnstile *t);
+int64_t ts_lib_shared_recover_ns(const ts_turnstile *t);
+/* What this registration's passes name as their turnstile. */
+ts_turnstile *ts_lib_shared_pass_name(ts_turnstile *t);
 _Static_assert(offsetof(struct ts_turnstile, word) ==
 		       offsetof(struct ts_private_turnstile_head, word) &&
 	       offsetof(struct ts_turnstile, ceiling_units) ==

@@ -145,13 +145,19 @@ static void one_process_waits_and_returns(void)
 	CHECK_EQ(ts_turnstile_resize(t, 3), 0);
 	CHECK_EQ(shared_available(t), 3);
 
+	/* an event-loop wait granted at once (the queued ones: shared_async.c) */
 	ts_notifier *n = ts_notifier_new();
 	ts_async node;
 	memset(&node, 0, sizeof(node));
 	CHECK(n);
-	CHECK_EQ(ts_turnstile_wait_async(t, &claim0, 0, NULL, n, &node, never_called, NULL, &a),
-		 EOPNOTSUPP);
-	ts_notifier_free(n);
+	CHECK_EQ(ts_turnstile_wait_async(t, &claim0, 0, NULL, n, &node, never_called, NULL, &a), 0);
+	CHECK(ts_pass_issued(&a));
+	ts_pass_return(&a);
+	CHECK_EQ(ts_turnstile_wait_async(t, &claim0, TS_DEADLINE_NOW, NULL, n, &node, never_called,
+					 NULL, &a),
+		 0);
+	ts_pass_return(&a);
+	CHECK_EQ(ts_notifier_free(n), 0);
 
 	int64_t back = -1;
 	CHECK_EQ(ts_shared_recover(t, &back), 0);
@@ -252,11 +258,16 @@ static ts_pass parents_pass;
 static int child_of_fork(void *arg)
 {
 	(void)arg;
-	ts_pass mine;
+	ts_pass mine, more;
 	ts_pass_return(&parents_pass); /* not the child's: ignored */
 	CHECK_EQ(shared_available(forked_t), 1);
 	CHECK_EQ(ts_turnstile_wait(forked_t, &claim0, TS_DEADLINE_NOW, NULL, &mine), 0);
 	CHECK_EQ(shared_available(forked_t), 0);
+	/* registered and holding one of its own: the parent's copy is still
+	 * not the child's, and must not turn the child's into a free one */
+	ts_pass copy = parents_pass;
+	ts_pass_return(&copy);
+	CHECK_EQ(ts_turnstile_wait(forked_t, &claim0, TS_DEADLINE_NOW, NULL, &more), ETIMEDOUT);
 	return 0; /* exits holding `mine`: it must come back */
 }
 
@@ -306,6 +317,39 @@ static void detach_gives_passes_back(void)
 	close(fd);
 }
 
+/* A holder dies and nobody calls ts_shared_recover: waits too short to
+ * end a park slice still bring its pass back, within about recover_ns. */
+static int hold_and_die(void *arg)
+{
+	int fd = *(int *)arg;
+	ts_turnstile *t = ts_shared_attach(fd);
+	ts_pass p;
+	CHECK(t);
+	CHECK_EQ(ts_turnstile_wait(t, &claim0, 0, NULL, &p), 0);
+	return 0;
+}
+
+static void short_waits_recover_a_dead_holder(void)
+{
+	ts_shared_limits lim = { 0, 0, 40000000 }; /* recover_ns 40 ms */
+	int fd = turnstile_file(1, &lim);
+	ts_turnstile *t = ts_shared_attach(fd);
+	reap_ok(spawn(hold_and_die, &fd));
+	int64_t start = ts_now_ns();
+	ts_pass p;
+	int tries = 0;
+	while (ts_turnstile_wait(t, &claim0, ts_now_ns() + 5000000, NULL, &p) == ETIMEDOUT) {
+		tries++;
+		CHECK(ts_now_ns() - start < PATIENCE_NS);
+	}
+	printf("shared_api: a dead holder's pass came back to 5 ms waits after %.1f ms "
+	       "(%d tries, recover_ns 40 ms)\n", (double)(ts_now_ns() - start) / 1e6, tries);
+	fflush(stdout);
+	ts_pass_return(&p);
+	ts_turnstile_free(t);
+	close(fd);
+}
+
 int main(void)
 {
 	format_refuses_what_is_not_a_file();
@@ -316,6 +360,7 @@ int main(void)
 	cancel_ends_a_parked_wait();
 	fork_makes_a_process_of_its_own();
 	detach_gives_passes_back();
+	short_waits_recover_a_dead_holder();
 	printf("shared_api: ok\n");
 	return 0;
 }

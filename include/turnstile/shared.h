@@ -6,19 +6,30 @@
  * The turnstile lives in a file (memfd_create, shm_open, a tmpfs file) that
  * every process maps.  ts_shared_attach returns an ordinary ts_turnstile *:
  * ts_turnstile_wait (deadline, cancel token, TS_DEADLINE_NOW),
- * ts_pass_return, resize, close, closed, snapshot and jobs' ts_wait_turn
- * work on it with the same order (band, since, seq, arrival — since_ns is
+ * ts_pass_return, resize, close, closed, snapshot, jobs' ts_wait_turn and
+ * the event-loop waits ts_turnstile_wait_async / ts_wait_turn_async work
+ * on it with the same order (band, since, seq, arrival — since_ns is
  * CLOCK_MONOTONIC, one clock per host), the same no-barging rule and the
  * same errors as on a private one, plus:
- *   - ts_turnstile_wait: EAGAIN at once when max_waiters waits are queued;
- *     EUSERS (or the errno of open(2)) when a child of fork, whose first
- *     call registers it as a process of its own, finds no process slot;
+ *   - the waits: EAGAIN at once when max_waiters waits are queued;
+ *   - every call in a child of fork, whose first call registers it as a
+ *     process of its own: EUSERS when no process slot is free, ENOMEM, or
+ *     the errno of open(2) (the void calls then do nothing);
  *   - ts_turnstile_resize: EINVAL above TS_SHARED_CONCURRENCY_MAX;
- *   - ts_turnstile_wait_async: EOPNOTSUPP (event-loop waits on a shared
- *     turnstile are not built yet);
+ *   - ts_turnstile_wait_async: the errno of socket(2) or bind(2) for the
+ *     notifier's doorbell (below), bound at its first wait on a shared
+ *     turnstile;
  *   - ts_turnstile_free detaches this process: its waits must have
  *     returned; passes it still holds go back to the others.
  * It cannot be a set's shard.
+ *
+ * EVENT LOOPS: a grant made in another process makes the notifier's fd
+ * readable through its doorbell, an abstract-namespace Unix datagram
+ * socket in the notifier's epoll set (so the processes must share a
+ * network namespace, as processes on one host normally do); nothing else
+ * of the notifier changes.  A loop whose waits are all event-loop waits
+ * still recovers the dead within recover_ns: its notifier's timer looks
+ * for them.
  *
  * DEATH: a process that dies (SIGKILL, a crash; a zombie counts as dead)
  * while it holds passes, is queued, was granted but not yet woken, or is
@@ -33,7 +44,15 @@
  * FORK: a child may use a handle its parent attached.  From its first call
  * it is a process of its own: its passes are its own, the parent's stay
  * the parent's (returning a copy of one of them is ignored).  A child
- * made by raw clone(2) without fork's handlers is not supported.
+ * made by raw clone(2) without fork's handlers is not supported, and a
+ * child must not close the descriptor fork's handler opened for it (a
+ * daemon that closes every descriptor after fork must attach afresh
+ * instead): its process would look dead to the others.
+ *
+ * STOPPED PROCESSES: a process stopped (SIGSTOP, a debugger) while it is
+ * inside the turnstile's lock — a few hundred nanoseconds of every slow
+ * path — stalls the slow paths of the others until it runs again or dies;
+ * fast paths go on.
  *
  * TRUST: whoever can open the file can join; its mode is the access
  * control.  A segment scribbled on by a buggy process may misorder or lose
@@ -89,7 +108,8 @@ TS_API ts_turnstile *ts_shared_attach(int fd);
 
 /* ts_shared_recover - recover now: passes of dead processes back to the
  * waiters (or free), their waits gone, a lock one died holding recovered.
- * Returns 0 or EINVAL (@t NULL or not shared).  *@passes_back (may be
+ * Returns 0, EINVAL (@t NULL or not shared), or a child of fork's
+ * registration error (see above).  *@passes_back (may be
  * NULL) is how many passes dead processes held (granted ones included).
  * Thread-safe; a master may call it from its loop on SIGCHLD (not from
  * the signal handler itself). */
