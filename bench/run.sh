@@ -114,6 +114,67 @@ for impl in turnstile strict_pthread naive_pthread sem_t; do
 	rm -f "$trace" "$err"
 done
 
+# 9. process-shared turnstiles (bench/shared): uncontended in one process,
+# 8 processes contending, the order audit across processes, recovery from
+# kill -9.  Rows go to suite.csv as scenarios shared_*; a failed part (exit
+# 3) is reported here and in the targets, and the run goes on.
+shared_failed() { # what rc stderr-file
+	echo
+	echo "**bench/shared $1 FAILED (exit $2)**; its figures are missing:"
+	echo
+	sed 's/^/    /' "$3"
+}
+echo
+echo "### Process-shared turnstiles: uncontended wait+return in one process ($repeats repeats of $iters ops, SysV 1/32 of that; instructions from callgrind, 100k ops; system calls counted under strace -f between two marker calls, 10k ops)"
+echo
+shared_impls="turnstile robust_pthread sysv_undo sem_t robust_mutex"
+./bench/shared uncontended --repeats $repeats --iters $iters > "$results/shared_uncontended.csv"
+printf 'impl,instructions_per_op\n' > "$results/shared_instructions.csv"
+printf 'impl,syscalls_per_op\n' > "$results/shared_syscalls.csv"
+shared_syscall_iters=10000
+for impl in $shared_impls; do
+	out=$(mktemp)
+	valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
+		./bench/shared count $impl --iters $count_iters >/dev/null 2>&1
+	awk -v n=$count_iters -v i=$impl '/^totals:/ { printf "%s,%.1f\n", i, $2 / n }' "$out" \
+		>> "$results/shared_instructions.csv"
+	rm -f "$out"
+	# every system call of the loop: the strace lines between the markers
+	strace -f -o "$out" ./bench/shared syscalls $impl --iters $shared_syscall_iters \
+		>/dev/null 2>&1
+	awk -v n=$shared_syscall_iters -v i=$impl '
+		/ts-bench-begin/ { on = 1; next } /ts-bench-end/ { on = 0 }
+		on && !/resumed>/ { c++ } END { printf "%s,%.4f\n", i, c / n }' "$out" \
+		>> "$results/shared_syscalls.csv"
+	rm -f "$out"
+done
+echo "| implementation | ns/op median | min–max | × sysv_undo | instructions/op | × sem_t | system calls/op |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+sem_ins=$(awk -F, '$1 == "sem_t" { print $2 }' "$results/shared_instructions.csv")
+join -t, <(tail -n +2 "$results/shared_uncontended.csv" | sort) \
+	<(tail -n +2 "$results/shared_instructions.csv" | sort) |
+	join -t, - <(tail -n +2 "$results/shared_syscalls.csv" | sort) |
+	awk -F, -v s="$sem_ins" -v csv="$csv" '{
+		printf "| %s | %.1f | %.1f–%.1f | %.3f | %.0f | %.2f | %.2f |\n", $1, $2, $3, $4, $5, $8, $8 / s, $9
+		printf "shared_uncontended,P=1,%s,ns/op,%s,%s,%s,%s,%s\n", $1, $2, $3, $4, $5, $6 >> csv
+		printf "shared_uncontended,P=1,%s,instructions/op,%s,,,%.4f,1\n", $1, $8, $8 / s >> csv
+		printf "shared_uncontended,P=1,%s,syscalls/op,%s,,,,1\n", $1, $9 >> csv
+	}'
+echo
+echo "robust_pthread: the comparator's wait+return (robust mutex, count, heap); robust_mutex: a robust process-shared mutex lock+unlock alone."
+for part in handoff audit recover; do
+	err=$(mktemp)
+	rc=0
+	case $part in
+	handoff) ./bench/shared handoff --procs 8 --conc 2 --hold 1000 --repeats $repeats --ms $ms \
+		--csv "$csv" 2>"$err" || rc=$? ;;
+	*) ./bench/shared $part $q --csv "$csv" 2>"$err" || rc=$? ;;
+	esac
+	[ $rc -eq 0 ] || shared_failed $part $rc "$err"
+	cat "$err" >&2
+	rm -f "$err"
+done
+
 # plots
 "$src/bench/plot.sh" "$csv" "$results"
 

@@ -49,3 +49,14 @@ echo "| event loop $a: fd writes (libuv: uv_async_send calls) per completion | $
 echo "| uncontended async wait+return, instructions (vs sem_t) | $(uncontended turnstile_async uncontended_instructions.csv 2) | $(uncontended sem_t uncontended_instructions.csv 2) | |"
 echo "| uncontended take+put, ns (vs mutex pool) | $(uncontended waitlist uncontended.csv 2) | $(uncontended mutex_pool uncontended.csv 2) | |"
 echo "| T=16 takers on 8 items: take+put/s (vs mutex pool) | $(suite pool T=16 waitlist take+put/s 5) | $(suite pool T=16 mutex_pool take+put/s 5) | $(suite pool T=16 waitlist take+put/s 8) |"
+h="P=8 C=2 hold=1000ns"
+echo "| shared, uncontended wait+return, ns (vs SysV semop SEM_UNDO) | $(suite shared_uncontended P=1 turnstile ns/op 5) | $(suite shared_uncontended P=1 sysv_undo ns/op 5) | $(suite shared_uncontended P=1 turnstile ns/op 8) |"
+echo "| … instructions (callgrind; vs sem_t in a shared mapping) | $(suite shared_uncontended P=1 turnstile instructions/op 5) | $(suite shared_uncontended P=1 sem_t instructions/op 5) | $(suite shared_uncontended P=1 turnstile instructions/op 8) |"
+echo "| … system calls per wait+return | $(suite shared_uncontended P=1 turnstile syscalls/op 5) | $(suite shared_uncontended P=1 sysv_undo syscalls/op 5) | |"
+echo "| shared $h: admissions/s (vs robust_pthread) | $(suite shared_handoff "$h" turnstile admissions/s 5) | $(suite shared_handoff "$h" robust_pthread admissions/s 5) | $(suite shared_handoff "$h" turnstile admissions/s 8) |"
+echo "| shared $h: wait p99, µs | $(suite shared_handoff "$h" turnstile "wait p99" 5) | $(suite shared_handoff "$h" robust_pthread "wait p99" 5) | $(suite shared_handoff "$h" turnstile "wait p99" 8) |"
+echo "| shared $h: admissions/s, SysV SEM_UNDO / sem_t (no order) | $(suite shared_handoff "$h" sysv_undo admissions/s 5) | $(suite shared_handoff "$h" sem_t admissions/s 5) | |"
+for rn in 100 20; do
+	echo "| recovery after kill -9 (recover_ns $rn ms), master calls ts_shared_recover on SIGCHLD: p99 ms (vs robust_pthread, master) | $(suite shared_recover "P=8 C=1 recover=${rn}ms master" turnstile "latency p99" 5) | $(suite shared_recover "P=8 C=1 master" robust_pthread "latency p99" 5) | |"
+	echo "| recovery after kill -9 (recover_ns $rn ms) by the waiters alone: p99 ms | $(suite shared_recover "P=8 C=1 recover=${rn}ms auto" turnstile "latency p99" 5) | | |"
+done

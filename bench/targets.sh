@@ -87,3 +87,41 @@ row_measured "uncontended async wait+return (granted at once): ≤ 38 instructio
 v=$(val handoff "T=16 C=8 hold=0ns" turnstile admissions/s)
 row "stretch: T=16 C=8 hold 0 within 2× of Go's 560 ns/admission" \
 	"$(awk -v v="$v" 'BEGIN { printf "%.0f ns", 1e9 / v }')" "1e9 / $v <= 1120"
+# Process-shared turnstiles (bench/shared): absent figures (a failed part)
+# count as missed.
+u="P=1"
+sc=$(val shared_uncontended "$u" turnstile syscalls/op)
+row_measured "shared, uncontended wait+return: 0 system calls" \
+	"$sc per wait+return (sem_t $(val shared_uncontended "$u" sem_t syscalls/op), sysv_undo $(val shared_uncontended "$u" sysv_undo syscalls/op))" \
+	"$sc == 0" "$sc"
+si=$(val shared_uncontended "$u" turnstile instructions/op)
+ss=$(val shared_uncontended "$u" sem_t instructions/op)
+row_measured "shared, uncontended wait+return: instructions ≤ 2× sem_t in a shared mapping" \
+	"$si vs $ss ($(ratio shared_uncontended "$u" turnstile instructions/op)×)" "$si <= 2 * $ss" "$si" "$ss"
+sn=$(val shared_uncontended "$u" turnstile ns/op)
+sv=$(val shared_uncontended "$u" sysv_undo ns/op)
+row_measured "shared, uncontended wait+return: ns ≤ 1/10 of SysV semop SEM_UNDO" \
+	"$sn vs $sv ns ($(ratio shared_uncontended "$u" turnstile ns/op)×)" "$sn <= 0.1 * $sv" "$sn" "$sv"
+h="P=8 C=2 hold=1000ns"
+q=$(ratio shared_handoff "$h" turnstile admissions/s)
+row_measured "shared $h: ≥ 1.5× robust_pthread admissions/s" \
+	"${q}× ($(val shared_handoff "$h" turnstile admissions/s) vs $(val shared_handoff "$h" robust_pthread admissions/s) /s)" \
+	"$q >= 1.5" "$q"
+q=$(ratio shared_handoff "$h" turnstile 'wait p99')
+row_measured "shared $h: p99 wait ≤ robust_pthread's" \
+	"$(val shared_handoff "$h" turnstile 'wait p99') vs $(val shared_handoff "$h" robust_pthread 'wait p99') us" \
+	"$q <= 1" "$q"
+v=$(val shared_audit "P=8 C=2" turnstile violations)
+row_measured "shared order violations across processes (P=8 C=2): 0" \
+	"$v of $(val shared_audit "P=8 C=2" turnstile 'grants judged') grants (robust_pthread $(val shared_audit "P=8 C=2" robust_pthread violations))" \
+	"$v == 0" "$v"
+for rn in 100 20; do
+	for mode in master auto; do
+		c="P=8 C=1 recover=${rn}ms $mode"
+		v=$(val shared_recover "$c" turnstile 'latency p99')
+		n=$(val shared_recover "$c" turnstile kills)
+		row_measured "shared recovery after kill -9, $mode, recover_ns $rn ms: p99 ≤ $((rn + 5)) ms" \
+			"$v ms p99 over ${n:-0} kills (max $(val shared_recover "$c" turnstile 'latency max') ms)" \
+			"$v <= $rn + 5" "$v"
+	done
+done

@@ -952,8 +952,10 @@ ts_turnstile *ts_lib_shared_pass_name(ts_turnstile *t)
 	return pass_name(t->shared);
 }
 
-int ts_lib_shared_wait(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
-		       ts_cancel *cancel, ts_pass *pass)
+/* The slow part of a wait: registration, precedence, the queue. */
+__attribute__((noinline, cold)) static int wait_slow(ts_turnstile *t, const ts_claim *claim,
+						     int64_t deadline_ns, ts_cancel *cancel,
+						     ts_pass *pass)
 {
 	struct shared_handle *h = t->shared;
 	int err = 0;
@@ -977,6 +979,20 @@ int ts_lib_shared_wait(ts_turnstile *t, const ts_claim *claim, int64_t deadline_
 		pass->private_waited_ns = ts_now_ns() - start;
 	}
 	return r;
+}
+
+/* The fast path: a pass from our cache, one CAS, no lock, no call. */
+int ts_lib_shared_wait(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
+		       ts_cancel *cancel, ts_pass *pass)
+{
+	struct shared_handle *h = t->shared;
+	struct seg_proc *me = atomic_load_explicit(&h->me, memory_order_acquire);
+
+	if (me && !cancel_fired_now(cancel) && take_fast(me)) {
+		pass->private_turnstile = pass_name(h);
+		return 0;
+	}
+	return wait_slow(t, claim, deadline_ns, cancel, pass);
 }
 
 /* --- event-loop waits (async.c): the same queue, told by a doorbell --- */
@@ -1032,11 +1048,33 @@ int64_t ts_lib_shared_recover_ns(const ts_turnstile *t)
 	return t->shared->recover_ns;
 }
 
+/* The slow part of a return: under the lock, handed to the head waiter. */
+__attribute__((noinline, cold)) static void return_slow(struct shared_handle *h,
+							struct seg_proc *me)
+{
+	struct wakeups wk;
+
+	wakeups_init(&wk);
+	seg_lock(h, &wk);
+	uint64_t w = atomic_load_explicit(&me->word, memory_order_relaxed);
+	do
+		if (pw_held(w) == 0)
+			goto out; /* not ours: a copy */
+	while (!atomic_compare_exchange_weak_explicit(&me->word, &w, w - PW_HELD,
+						      memory_order_acq_rel, memory_order_relaxed));
+	STEP(12); /* pass out of `held`, not yet counted free */
+	avail_add(h, 1);
+	grant_heads(h, &wk);
+	maybe_undrain(h, me);
+out:
+	unlock_and_wake(h, &wk);
+}
+
+/* The fast path: into our cache, one CAS, no lock, while nobody queues. */
 void ts_lib_shared_return(ts_turnstile *t)
 {
 	struct shared_handle *h = t->shared;
 	struct seg_proc *me = atomic_load_explicit(&h->me, memory_order_acquire);
-	struct wakeups wk;
 
 	if (!me || t != pass_name(h))
 		return; /* not this registration's pass: the parent's, in a child */
@@ -1046,20 +1084,7 @@ void ts_lib_shared_return(ts_turnstile *t)
 							  memory_order_release,
 							  memory_order_relaxed))
 			return;
-	wakeups_init(&wk);
-	seg_lock(h, &wk);
-	w = atomic_load_explicit(&me->word, memory_order_relaxed);
-	do
-		if (pw_held(w) == 0)
-			goto out; /* not ours: a copy, or the parent's */
-	while (!atomic_compare_exchange_weak_explicit(&me->word, &w, w - PW_HELD,
-						      memory_order_acq_rel, memory_order_relaxed));
-	STEP(12); /* pass out of `held`, not yet counted free */
-	avail_add(h, 1);
-	grant_heads(h, &wk);
-	maybe_undrain(h, me);
-out:
-	unlock_and_wake(h, &wk);
+	return_slow(h, me);
 }
 
 /* --- the rest of the turnstile API ---------------------------------------- */

@@ -188,12 +188,13 @@ static int leave(ts_turnstile *t, struct turn_waiter *tw, int reason)
 static int wait_queued(ts_turnstile *t, const ts_claim *claim, int64_t start,
 		       int64_t deadline_ns, ts_cancel *cancel, ts_pass *pass);
 
-/* Out of line and cold, so the fast path stays a leaf with no frame. */
-__attribute__((noinline, cold)) TS_API int ts_private_wait_slow(ts_turnstile *t, const ts_claim *claim,
-		     int64_t deadline_ns, ts_cancel *cancel, ts_pass *pass)
+/* The private slow path, out of line so that the dispatcher below stays a
+ * frameless pair of tail calls (a shared handle's fast path goes through
+ * it on every call). */
+__attribute__((noinline, cold)) static int wait_slow(ts_turnstile *t, const ts_claim *claim,
+						     int64_t deadline_ns, ts_cancel *cancel,
+						     ts_pass *pass)
 {
-	if (t->shared)
-		return ts_lib_shared_wait(t, claim, deadline_ns, cancel, pass);
 	if (atomic_load_explicit(&t->word, memory_order_relaxed) & WORD_CLOSED)
 		return ESHUTDOWN;
 	if (cancel_fired_now(cancel))
@@ -206,6 +207,16 @@ __attribute__((noinline, cold)) TS_API int ts_private_wait_slow(ts_turnstile *t,
 	else
 		TS_PROBE2(wait__fail, t, r);
 	return r;
+}
+
+/* Out of line and cold, so the fast path stays a leaf with no frame. */
+__attribute__((noinline)) TS_API int ts_private_wait_slow(ts_turnstile *t, const ts_claim *claim,
+							   int64_t deadline_ns, ts_cancel *cancel,
+							   ts_pass *pass)
+{
+	if (t->shared)
+		return ts_lib_shared_wait(t, claim, deadline_ns, cancel, pass);
+	return wait_slow(t, claim, deadline_ns, cancel, pass);
 }
 
 /* Queue and park (the part of the slow path that can wait). */
@@ -283,14 +294,10 @@ TS_API int ts_turnstile_wait(ts_turnstile *t, const ts_claim *claim,
 	TS_PRIVATE_WAIT_BODY
 }
 
-__attribute__((noinline, cold)) TS_API void ts_private_return_slow(ts_turnstile *t)
+__attribute__((noinline, cold)) static void return_slow(ts_turnstile *t)
 {
 	struct wakeups wk;
 
-	if (t->shared) {
-		ts_lib_shared_return(t);
-		return;
-	}
 	TS_PROBE1(pass__return, t);
 	ts_hook_at(TS_HOOK_RETURNING, t);
 	wakeups_init(&wk);
@@ -306,6 +313,15 @@ __attribute__((noinline, cold)) TS_API void ts_private_return_slow(ts_turnstile 
 	/* Closed, perhaps by a close between its wake batches: whoever is
 	 * still queued gets ESHUTDOWN from it, not this pass. */
 	unlock_and_wake(t, &wk, !(w & WORD_CLOSED) && drain(t, &wk));
+}
+
+/* A dispatcher of tail calls, as ts_private_wait_slow. */
+__attribute__((noinline)) TS_API void ts_private_return_slow(ts_turnstile *t)
+{
+	if (t->shared)
+		ts_lib_shared_return(t);
+	else
+		return_slow(t);
 }
 
 TS_API void ts_pass_return(ts_pass *p)
