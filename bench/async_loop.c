@@ -99,26 +99,6 @@ static unsigned xorshift(unsigned *s)
 	return *s = x;
 }
 
-/* A bounded sample of waits per thread (reservoir sampling). */
-#define SAMPLES 8192
-struct samples {
-	long seen;
-	unsigned seed;
-	int n;
-	double v[SAMPLES];
-};
-
-static void sample(struct samples *s, double x)
-{
-	s->seen++;
-	if (s->n < SAMPLES) {
-		s->v[s->n++] = x;
-		return;
-	}
-	long j = (long)(xorshift(&s->seed) % (unsigned long)s->seen);
-	if (j < SAMPLES)
-		s->v[j] = x;
-}
 
 /* Quantile @p (0..1) of the merged samples of @k sets, in microseconds. */
 static double merged_quantile(struct samples *const *sets, int k, double p)

@@ -303,25 +303,6 @@ static void first_thread(void)
 
 /* ---- samples -------------------------------------------------------------- */
 
-#define SAMPLES 8192
-struct samples {
-	long seen;
-	unsigned seed;
-	int n;
-	double v[SAMPLES];
-};
-
-static void sample(struct samples *s, double x)
-{
-	s->seen++;
-	if (s->n < SAMPLES) {
-		s->v[s->n++] = x;
-		return;
-	}
-	long j = rand_r(&s->seed) % s->seen;
-	if (j < SAMPLES)
-		s->v[j] = x;
-}
 
 /* ---- scenario 1: uncontended, one process --------------------------------- */
 

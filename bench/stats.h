@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Order statistics over a benchmark's repeats (median, min, max). */
+/* Order statistics over a benchmark's repeats (median, min, max), and a
+ * bounded sample of waits per thread. */
 #ifndef TS_BENCH_STATS_H
 #define TS_BENCH_STATS_H
 
@@ -29,5 +30,27 @@ static inline double quantile(const double *v, int n, double p)
 static inline double median(const double *v, int n) { return quantile(v, n, 0.5); }
 static inline double minimum(const double *v, int n) { return quantile(v, n, 0.0); }
 static inline double maximum(const double *v, int n) { return quantile(v, n, 1.0); }
+
+/* A bounded sample of wait times per thread (reservoir sampling): every
+ * value seen has the same chance to be kept.  Zero it to start. */
+#define SAMPLES 8192
+struct samples {
+	long seen;
+	unsigned seed;
+	int n;
+	double v[SAMPLES];
+};
+
+static inline void sample(struct samples *s, double x)
+{
+	s->seen++;
+	if (s->n < SAMPLES) {
+		s->v[s->n++] = x;
+		return;
+	}
+	long j = rand_r(&s->seed) % s->seen;
+	if (j < SAMPLES)
+		s->v[j] = x;
+}
 
 #endif

@@ -140,26 +140,6 @@ static bool kind_selected(int k)
 
 /* ---- measurement helpers ------------------------------------------------ */
 
-/* A bounded sample of wait times per thread (reservoir sampling). */
-#define SAMPLES 8192
-struct samples {
-	long seen;
-	unsigned seed;
-	int n;
-	double v[SAMPLES];
-};
-
-static void sample(struct samples *s, double x)
-{
-	s->seen++;
-	if (s->n < SAMPLES) {
-		s->v[s->n++] = x;
-		return;
-	}
-	long j = rand_r(&s->seed) % s->seen;
-	if (j < SAMPLES)
-		s->v[j] = x;
-}
 
 /* Merge per-thread samples and return quantiles p50, p99, p99.9 (ns). */
 static void quantiles(struct samples *per, int n_threads, double q[3])

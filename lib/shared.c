@@ -952,14 +952,15 @@ ts_turnstile *ts_lib_shared_pass_name(ts_turnstile *t)
 	return pass_name(t->shared);
 }
 
-/* The slow part of a wait: registration, precedence, the queue. */
-__attribute__((noinline, cold)) static int wait_slow(ts_turnstile *t, const ts_claim *claim,
-						     int64_t deadline_ns, ts_cancel *cancel,
-						     ts_pass *pass)
+/* What every wait does before it may queue: register (a child of fork's
+ * first call), take from our cache, then the precedence of a closed
+ * turnstile and a fired token.  0 (*@pass issued), an error, or
+ * EINPROGRESS: go on and queue, as *@mep. */
+static int wait_prelude(struct shared_handle *h, ts_cancel *cancel, ts_pass *pass,
+			struct seg_proc **mep)
 {
-	struct shared_handle *h = t->shared;
 	int err = 0;
-	struct seg_proc *me = me_of(h, &err);
+	struct seg_proc *me = *mep = me_of(h, &err);
 
 	if (!me)
 		return err;
@@ -971,9 +972,23 @@ __attribute__((noinline, cold)) static int wait_slow(ts_turnstile *t, const ts_c
 		return ESHUTDOWN;
 	if (cancel_fired_now(cancel))
 		return ECANCELED;
+	return EINPROGRESS;
+}
+
+/* The slow part of a wait: registration, precedence, the queue. */
+__attribute__((noinline, cold)) static int wait_slow(ts_turnstile *t, const ts_claim *claim,
+						     int64_t deadline_ns, ts_cancel *cancel,
+						     ts_pass *pass)
+{
+	struct shared_handle *h = t->shared;
+	struct seg_proc *me;
+	int r = wait_prelude(h, cancel, pass, &me);
+
+	if (r != EINPROGRESS)
+		return r;
 	int64_t start = ts_now_ns();
 	sweep(h); /* when due: waits too short or too quick to end a slice */
-	int r = wait_queued(h, me, claim, deadline_ns, cancel, start);
+	r = wait_queued(h, me, claim, deadline_ns, cancel, start);
 	if (r == 0) {
 		pass->private_turnstile = pass_name(h);
 		pass->private_waited_ns = ts_now_ns() - start;
@@ -1002,21 +1017,13 @@ int ts_lib_shared_enqueue_async(ts_turnstile *t, const ts_claim *claim, int64_t 
 				ts_pass *pass)
 {
 	struct shared_handle *h = t->shared;
-	int err = 0;
-	struct seg_proc *me = me_of(h, &err);
+	struct seg_proc *me;
 	bool first;
+	int r = wait_prelude(h, cancel, pass, &me);
 
-	if (!me)
-		return err;
-	if (!cancel_fired_now(cancel) && take_fast(me)) {
-		pass->private_turnstile = pass_name(h);
-		return 0;
-	}
-	if (atomic_load_explicit(&h->seg->closed, memory_order_relaxed))
-		return ESHUTDOWN;
-	if (cancel_fired_now(cancel))
-		return ECANCELED;
-	int r = enqueue(h, me, claim, deadline_ns, ts_now_ns(), doorbell, slot, &first);
+	if (r != EINPROGRESS)
+		return r;
+	r = enqueue(h, me, claim, deadline_ns, ts_now_ns(), doorbell, slot, &first);
 	if (r == 0)
 		pass->private_turnstile = pass_name(h);
 	return r;

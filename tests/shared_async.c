@@ -43,15 +43,22 @@ struct log {
 static struct log *lg;
 static int fd;
 
+/* A child's start: attach, take the only pass, say so. */
+static ts_turnstile *attach_and_take(ts_pass *p)
+{
+	ts_turnstile *t = ts_shared_attach(fd);
+	CHECK(t);
+	CHECK_EQ(ts_turnstile_wait(t, &(ts_claim){ 0, 0, 0 }, 0, NULL, p), 0);
+	atomic_store(&lg->step, 1);
+	return t;
+}
+
 /* A child: take the only pass, hold it until told, return it. */
 static int holder(void *arg)
 {
 	(void)arg;
-	ts_turnstile *t = ts_shared_attach(fd);
 	ts_pass p;
-	CHECK(t);
-	CHECK_EQ(ts_turnstile_wait(t, &(ts_claim){ 0, 0, 0 }, 0, NULL, &p), 0);
-	atomic_store(&lg->step, 1);
+	ts_turnstile *t = attach_and_take(&p);
 	POLL_UNTIL(atomic_load(&lg->step) == 2);
 	ts_pass_return(&p);
 	ts_turnstile_free(t);
@@ -182,11 +189,8 @@ static int closer(void *arg)
 static int dies_holding(void *arg)
 {
 	(void)arg;
-	ts_turnstile *t = ts_shared_attach(fd);
 	ts_pass p;
-	CHECK(t);
-	CHECK_EQ(ts_turnstile_wait(t, &(ts_claim){ 0, 0, 0 }, 0, NULL, &p), 0);
-	atomic_store(&lg->step, 1);
+	attach_and_take(&p);
 	for (;;)
 		pause(); /* killed */
 }
