@@ -191,8 +191,8 @@ static int dies_holding(void *arg)
 	(void)arg;
 	ts_pass p;
 	attach_and_take(&p);
-	for (;;)
-		pause(); /* killed */
+	pause(); /* until killed */
+	return 1;
 }
 
 /* Closed from another process: ESHUTDOWN.  A holder killed: nobody calls
