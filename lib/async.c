@@ -85,6 +85,8 @@ void ts_lib_async_prepare(struct async_node *a, enum async_kind kind, void *obje
  * granter in this process would have. */
 static uint32_t withdraw_shared(struct async_node *a, uint32_t outcome)
 {
+	if (!a->in_remote)
+		return atomic_load_explicit(&a->q.turn.w.state, memory_order_acquire);
 	uint32_t s = ts_lib_shared_settle(a->object, a->slot, outcome != 0);
 	if (s == WAITER_QUEUED && !outcome)
 		return s; /* still queued: a look that found nothing */
@@ -95,6 +97,9 @@ static uint32_t withdraw_shared(struct async_node *a, uint32_t outcome)
 	}
 	struct wakeups wk;
 	wakeups_init(&wk);
+	/* named now, by the registration the pass went into (not by a child
+	 * of fork that may dispatch or cancel it later) */
+	a->pass_name = ts_lib_shared_pass_name(a->object);
 	atomic_store_explicit(&a->q.turn.w.state, s, memory_order_release);
 	ts_lib_notifier_push(a, &wk);
 	wakeups_flush(&wk);
@@ -157,9 +162,7 @@ int ts_lib_async_begin(struct async_node *a)
 static void hand_on(struct async_node *a, uint32_t state)
 {
 	if (state == WAITER_GRANTED && a->kind != ASYNC_TAKE) {
-		ts_pass p = { a->kind == ASYNC_SHARED_TURN ? ts_lib_shared_pass_name(a->object)
-							   : a->object,
-			      0 };
+		ts_pass p = { a->kind == ASYNC_SHARED_TURN ? a->pass_name : a->object, 0 };
 		ts_pass_return(&p);
 	} else if (state == WAITER_GRANTED) {
 		ts_lib_waitlist_hand_back(a->object, a->q.take.item);

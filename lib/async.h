@@ -84,6 +84,7 @@ struct async_node {
 	/* ASYNC_SHARED_TURN, the loop thread's alone: */
 	bool in_remote;             /* on the notifier's list of doorbell waits */
 	uint32_t slot;              /* its waiter slot in the segment */
+	ts_turnstile *pass_name;    /* what its pass names, fixed when granted */
 	struct async_node *remote_prev, *remote_next;
 };
 _Static_assert(sizeof(struct async_node) <= sizeof(ts_async),

@@ -459,9 +459,8 @@ static int result_of(struct async_node *a, int64_t now)
 	case WAITER_GRANTED:
 		r = 0;
 		if (a->kind != ASYNC_TAKE) {
-			a->pass.private_turnstile = a->kind == ASYNC_SHARED_TURN
-							    ? ts_lib_shared_pass_name(a->object)
-							    : a->object;
+			a->pass.private_turnstile =
+				a->kind == ASYNC_SHARED_TURN ? a->pass_name : a->object;
 			a->pass.private_waited_ns = now - a->start_ns;
 		} else {
 			a->item = a->q.take.item;
@@ -550,7 +549,8 @@ TS_API int ts_notifier_dispatch(ts_notifier *n)
 		ts_lib_notifier_collect(n);
 	}
 	atomic_exchange_explicit(&n->signalled, 0, memory_order_acq_rel);
-	if ((n->ready_head || atomic_load_explicit(&n->stack, memory_order_acquire)) &&
+	if ((n->ready_head || atomic_load_explicit(&n->stack, memory_order_acquire) ||
+	     atomic_load_explicit(&n->poked, memory_order_acquire)) &&
 	    !atomic_exchange_explicit(&n->signalled, 1, memory_order_acq_rel))
 		write_fd(n); /* left for the next call: make the fd say so */
 	n->dispatching = false;

@@ -98,7 +98,6 @@ struct seg_header {
 	int64_t recover_ns;
 	uint64_t size, procs_off, slots_off, heap_off;
 	_Alignas(64) _Atomic uint64_t lock; /* the lock's word (seg_lock) */
-	_Atomic uint32_t lockwake;   /* its sleepers' futex word */
 	_Atomic uint32_t closed;     /* truth */
 	_Atomic int64_t ceiling;     /* truth */
 	_Atomic int64_t avail;       /* derived: free passes not cached */
@@ -215,11 +214,20 @@ static bool proc_alive(struct shared_handle *h, uint32_t p)
  * unlock and every takeover moves the generation on, so a locker that saw
  * a dead owner and was delayed cannot take over from a live process that
  * got the lock since — even one that got the dead process's slot, and so
- * its id (the CAS compares the generation too).  Sleepers park on `lockwake`,
- * bumped by an unlock that finds CONTENDED. */
+ * its id (the CAS compares the generation too).  Sleepers park on the
+ * generation's half of the word (a futex word of its own): the unlock
+ * that finds CONTENDED moves it on and wakes one, and touches nothing of
+ * the segment after its exchange but that system call (an unmapped
+ * address is harmless to it: free after the last return). */
 #define LOCK_CONTENDED ((uint64_t)1 << 31)
 #define LOCK_OWNER(v) ((uint32_t)((v) & 0x7fffffff))
 #define LOCK_NEXT(v) ((((v) >> 32) + 1) << 32)
+
+static _Atomic uint32_t *lock_gen_word(struct seg_header *sg)
+{
+	return (_Atomic uint32_t *)(void *)((char *)&sg->lock +
+					   (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ ? 4 : 0));
+}
 
 static int64_t lock_slice(const struct shared_handle *h)
 {
@@ -239,6 +247,8 @@ static void rebuild(struct shared_handle *h, int64_t *passes_back, struct wakeup
 static void seg_lock_counting(struct shared_handle *h, struct wakeups *wk, int64_t *passes_back)
 {
 	_Atomic uint64_t *lock = &h->seg->lock;
+
+	TS_CHECK_INVARIANT(h->id != 0, "a shared lock taken without a process slot");
 	uint64_t v = atomic_load_explicit(lock, memory_order_relaxed), seen = 0;
 	int64_t slice_end = 0;
 
@@ -256,7 +266,6 @@ static void seg_lock_counting(struct shared_handle *h, struct wakeups *wk, int64
 			v = atomic_load_explicit(lock, memory_order_relaxed);
 			continue;
 		}
-		uint32_t bell = atomic_load_explicit(&h->seg->lockwake, memory_order_acquire);
 		if (!(v & LOCK_CONTENDED) &&
 		    !atomic_compare_exchange_weak_explicit(lock, &v, v | LOCK_CONTENDED,
 							   memory_order_relaxed,
@@ -269,7 +278,7 @@ static void seg_lock_counting(struct shared_handle *h, struct wakeups *wk, int64
 			slice_end = now + lock_slice(h);
 		}
 		if (now < slice_end) {
-			futex_wait_on(&h->seg->lockwake, bell, slice_end, true);
+			futex_wait_on(lock_gen_word(h->seg), (uint32_t)(v >> 32), slice_end, true);
 			v = atomic_load_explicit(lock, memory_order_relaxed);
 			continue;
 		}
@@ -305,10 +314,8 @@ static void seg_unlock(struct shared_handle *h)
 	STEP(1); /* about to unlock */
 	uint64_t v = atomic_load_explicit(&sg->lock, memory_order_relaxed);
 	if (atomic_exchange_explicit(&sg->lock, LOCK_NEXT(v), memory_order_release) &
-	    LOCK_CONTENDED) {
-		atomic_fetch_add_explicit(&sg->lockwake, 1, memory_order_release);
-		futex_wake_on(&sg->lockwake, 1, true);
-	}
+	    LOCK_CONTENDED)
+		futex_wake_on(lock_gen_word(sg), 1, true); /* a syscall: safe once unmapped */
 }
 
 /* --- the queue: a heap of waiter slots, derived, under the lock --------- */
@@ -669,6 +676,7 @@ static void atfork_child(void)
 		close(h->lock_fd);
 		h->lock_fd = fd;
 		atomic_store_explicit(&h->alias, NULL, memory_order_relaxed);
+		atomic_store_explicit(&h->busy, 0, memory_order_relaxed); /* the parent's granters */
 		h->slot = NO_SLOT;
 		h->id = 0;
 		atomic_store_explicit(&h->me, NULL, memory_order_relaxed);
@@ -868,23 +876,25 @@ static uint32_t settle(struct shared_handle *h, struct seg_proc *me, uint32_t s,
 	wakeups_init(&wk);
 	seg_lock(h, &wk);
 	uint32_t st = atomic_load_explicit(&sl->state, memory_order_acquire);
-	bool ours = atomic_load_explicit(&sl->proc, memory_order_relaxed) == h->slot;
+	/* Not ours (a child of fork settling its copy of the parent's node,
+	 * or a scribble): untouched. */
+	if (atomic_load_explicit(&sl->proc, memory_order_relaxed) != h->slot) {
+		st = WAITER_CLOSED;
+		goto out;
+	}
 	if (slot_queued(st)) {
 		st = WAITER_QUEUED;
-		if (!withdraw && ours)
+		if (!withdraw)
 			goto out;
 		heap_remove_slot(h, s);
-	} else if (st == WAITER_GRANTED && ours) {
+	} else if (st == WAITER_GRANTED) {
 		atomic_fetch_add_explicit(&me->word, PW_HELD, memory_order_relaxed);
 		STEP(11); /* pass in `held` and still in the GRANTED slot: ours both */
 		maybe_undrain(h, me);
 	} else {
 		st = WAITER_CLOSED;
 	}
-	/* Ours unless a scribble says otherwise (a rebuild frees only the
-	 * slots of the dead). */
-	if (ours)
-		atomic_store_explicit(&sl->state, SLOT_FREE, memory_order_release);
+	atomic_store_explicit(&sl->state, SLOT_FREE, memory_order_release);
 out:
 	unlock_and_wake(h, &wk);
 	return st;
@@ -1047,7 +1057,8 @@ uint32_t ts_lib_shared_settle(ts_turnstile *t, uint32_t slot, bool withdraw)
 
 void ts_lib_shared_poll(ts_turnstile *t)
 {
-	sweep(t->shared);
+	if (atomic_load_explicit(&t->shared->me, memory_order_acquire))
+		sweep(t->shared);
 }
 
 int64_t ts_lib_shared_recover_ns(const ts_turnstile *t)

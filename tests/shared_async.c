@@ -238,12 +238,141 @@ static void close_and_death_elsewhere(void)
 	close(fd);
 }
 
+/* Races the first version lost (a second review found each):
+ *  - a deadline that passes after the grant rang, before dispatch: one
+ *    callback, with the pass;
+ *  - two grants in one dispatch, the first callback cancels the other:
+ *    EALREADY, its pass handed on, no callback for it;
+ *  - a token fired inside a callback: the fd is readable when dispatch
+ *    returns (not left for the loop's next look, recover_ns later);
+ *  - a child of fork cancelling its copy of the parent's node: the
+ *    parent's wait stays queued and is granted. */
+static ts_async nodes[2];
+static struct got gots[2];
+static int cancel_result = -1;
+static ts_cancel *fire_in_callback;
+
+static void cancel_the_other(ts_async *node, int result, void *arg)
+{
+	int i = (int)(intptr_t)arg;
+	record(node, result, &gots[i]);
+	if (gots[!i].calls == 0 && cancel_result == -1)
+		cancel_result = ts_async_cancel(&nodes[!i]);
+	if (fire_in_callback)
+		ts_cancel_fire(fire_in_callback); /* and keeps its pass */
+	else if (ts_pass_issued(&gots[i].pass))
+		ts_pass_return(&gots[i].pass);
+}
+
+/* The child registers on the inherited handle and cancels its copy of the
+ * parent's pending node: touching an inherited wait is a caller error
+ * (libturnstile(7), fork), but it must not end the parent's wait. */
+static ts_turnstile *inherited_t;
+
+static int cancels_its_copy(void *arg)
+{
+	ts_async *node = arg;
+	CHECK_EQ(ts_shared_recover(inherited_t, NULL), 0);
+	(void)ts_async_cancel(node);
+	ts_turnstile_free(inherited_t);
+	return 0;
+}
+
+static void doorbell_races(void)
+{
+	fd = turnstile_file(2, NULL);
+	ts_turnstile *t = ts_shared_attach(fd);
+	ts_notifier *n = ts_notifier_new();
+	ts_pass p[2], now;
+	for (int i = 0; i < 2; i++)
+		CHECK_EQ(ts_turnstile_wait(t, &(ts_claim){ 0, 0, 0 }, 0, NULL, &p[i]), 0);
+
+	struct got g = { 0, -1, TS_PASS_NONE };
+	int64_t deadline = ts_now_ns() + 20000000;
+	memset(&nodes[0], 0, sizeof(nodes[0]));
+	CHECK_EQ(ts_turnstile_wait_async(t, &(ts_claim){ 0, 0, 0 }, deadline, NULL, n, &nodes[0],
+					 record, &g, &now),
+		 EINPROGRESS);
+	ts_pass_return(&p[0]);
+	POLL_UNTIL(ts_now_ns() > deadline + 5000000); /* the deadline is past */
+	for (int i = 0; i < 3; i++)
+		ts_notifier_dispatch(n);
+	CHECK_EQ(g.calls, 1);
+	CHECK_EQ(g.result, 0);
+	p[0] = g.pass;
+
+	memset(nodes, 0, sizeof(nodes));
+	memset(gots, 0, sizeof(gots));
+	for (int i = 0; i < 2; i++)
+		CHECK_EQ(ts_turnstile_wait_async(t, &(ts_claim){ 0, 0, 0 }, 0, NULL, n, &nodes[i],
+						 cancel_the_other, (void *)(intptr_t)i, &now),
+			 EINPROGRESS);
+	ts_pass_return(&p[0]);
+	ts_pass_return(&p[1]);
+	POLL_UNTIL(shared_waiting(t) == 0); /* both granted */
+	ts_notifier_dispatch(n);
+	ts_notifier_dispatch(n);
+	CHECK_EQ(cancel_result, EALREADY);
+	CHECK_EQ(gots[0].calls + gots[1].calls, 1);
+	CHECK_EQ(shared_available(t), 2); /* one returned, one handed on */
+
+	/* the band-0 wait's callback fires the band-1 wait's token */
+	ts_cancel tok = TS_CANCEL_INIT;
+	struct got g3 = { 0, -1, TS_PASS_NONE };
+	CHECK_EQ(ts_turnstile_wait(t, &(ts_claim){ 0, 0, 0 }, 0, NULL, &p[0]), 0);
+	CHECK_EQ(ts_turnstile_wait(t, &(ts_claim){ 0, 0, 0 }, 0, NULL, &p[1]), 0);
+	memset(nodes, 0, sizeof(nodes));
+	memset(gots, 0, sizeof(gots));
+	cancel_result = 0; /* nothing to cancel this time */
+	CHECK_EQ(ts_turnstile_wait_async(t, &(ts_claim){ 1, 0, 0 }, 0, &tok, n, &nodes[1], record,
+					 &g3, &now),
+		 EINPROGRESS);
+	CHECK_EQ(ts_turnstile_wait_async(t, &(ts_claim){ 0, 0, 0 }, 0, NULL, n, &nodes[0],
+					 cancel_the_other, (void *)(intptr_t)0, &now),
+		 EINPROGRESS);
+	fire_in_callback = &tok;
+	ts_pass_return(&p[0]); /* to the band-0 wait */
+	POLL_UNTIL(shared_waiting(t) == 1);
+	ts_notifier_dispatch(n);
+	fire_in_callback = NULL;
+	CHECK_EQ(gots[0].calls, 1);
+	struct pollfd pf = { ts_notifier_fd(n), POLLIN, 0 };
+	CHECK_EQ(poll(&pf, 1, 0), 1); /* fired in the callback: readable now */
+	ts_notifier_dispatch(n);
+	CHECK_EQ(g3.calls, 1);
+	CHECK_EQ(g3.result, ECANCELED);
+	ts_pass_return(&gots[0].pass);
+	ts_pass_return(&p[1]);
+	CHECK_EQ(shared_available(t), 2);
+	ts_cancel_destroy(&tok);
+
+	CHECK_EQ(ts_turnstile_wait(t, &(ts_claim){ 0, 0, 0 }, 0, NULL, &p[0]), 0);
+	CHECK_EQ(ts_turnstile_wait(t, &(ts_claim){ 0, 0, 0 }, 0, NULL, &p[1]), 0);
+	g.calls = 0;
+	CHECK_EQ(ts_turnstile_wait_async(t, &(ts_claim){ 0, 0, 0 }, 0, NULL, n, &nodes[0], record,
+					 &g, &now),
+		 EINPROGRESS);
+	inherited_t = t;
+	reap_ok(spawn(cancels_its_copy, &nodes[0]));
+	CHECK_EQ(shared_waiting(t), 1);
+	ts_pass_return(&p[0]);
+	loop_until_called(n, &g);
+	CHECK_EQ(g.result, 0);
+	ts_pass_return(&g.pass);
+	ts_pass_return(&p[1]);
+	CHECK_EQ(shared_available(t), 2);
+	CHECK_EQ(ts_notifier_free(n), 0);
+	ts_turnstile_free(t);
+	close(fd);
+}
+
 int main(void)
 {
 	lg = shared_memory(sizeof(*lg));
 	granted_from_another_process_in_order();
 	cancel_token_and_deadline();
 	close_and_death_elsewhere();
+	doorbell_races();
 	printf("shared_async: ok\n");
 	return 0;
 }

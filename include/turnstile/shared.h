@@ -27,9 +27,12 @@
  * readable through its doorbell, an abstract-namespace Unix datagram
  * socket in the notifier's epoll set (so the processes must share a
  * network namespace, as processes on one host normally do); nothing else
- * of the notifier changes.  A loop whose waits are all event-loop waits
- * still recovers the dead within recover_ns: its notifier's timer looks
- * for them.
+ * of the notifier changes, but one thing: a cancel token fired for such
+ * a wait ends it at the notifier's next dispatch (the fd turns readable at
+ * once), so a grant that lands before that dispatch wins, as a grant that
+ * lands before a deadline does.  A loop whose waits are all event-loop
+ * waits still recovers the dead within recover_ns: its notifier's timer
+ * looks for them.
  *
  * DEATH: a process that dies (SIGKILL, a crash; a zombie counts as dead)
  * while it holds passes, is queued, was granted but not yet woken, or is
