@@ -14,6 +14,12 @@
 #                              the clear), ts_async_cancel (withdraw or
 #                              collect, hand on), the fire, deadlines,
 #                              notifier free (EBUSY from a callback)
+#   tests/model/shared.pml     process-shared turnstiles (lib/shared.c):
+#                              per-process words and their fast paths, the
+#                              segment lock and its takeover from a dead
+#                              owner, take/enqueue/grant/settle/return under
+#                              it, rebuild, the sweep; one process may die
+#                              between any two of its steps
 # Every configuration below is searched exhaustively (no bitstate): safety
 # (assertions, and invalid end states: a waiter asleep forever, a call that
 # cannot finish).  Then every seeded protocol mutation must be CAUGHT (spin
@@ -22,6 +28,7 @@
 # mutation is not caught, with the counterexample printed.
 #
 # Usage: tests/model/check.sh [workdir]        (scripts/test.sh: build/model)
+# MODEL_ONLY=model: only that model's rows (MODEL_ONLY=shared).
 # MODEL_JOBS: searches run at once (2).  MODEL_CFLAGS: for pan.c (-O0:
 # gcc -O2 spends ~11 s compiling each pan.c, longer than most searches).
 set -eu
@@ -30,6 +37,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 # kind|model|name|spin flags|what it covers
 table() {
+	rows | awk -F'|' -v m="${MODEL_ONLY:-}" 'm == "" || $2 == m'
+}
+
+rows() {
 	cat <<'EOF'
 pass|turnstile|grant3|-DNW=3 -DNR=1 -DCEIL=1 -DDLMASK=1 -DSPUR=1|3 waiters (1 with a deadline), ceiling 1, a releaser, spurious wakes
 pass|turnstile|cancel|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=1 -DCXMASK=2 -DCANCELLER=1 -DSPUR=1|grant vs deadline vs cancel: 2 waiters, a releaser, a fire
@@ -50,6 +61,10 @@ pass|async|turn-granters|-DTAKE=0 -DNA=3 -DCEIL=2 -DNG=2 -DLCXMASK=1 -DSPURD=1 -
 pass|async|cancel-only|-DTAKE=0 -DNA=2 -DCEIL=0 -DNG=0 -DCXMASK=3 -DCANCELLER=1|2 async turns only a fire can end: begin looks at the flag after watching
 pass|async|take|-DTAKE=1 -DNA=3 -DMAXI=2 -DNG=2 -DGDISC=1 -DDLMASK=1 -DLCXMASK=2 -DCBDISC=5|3 async takes, max_items 2: put vs deadline vs cancel, items handed back, discards pass slots as TS_CREATE, a cancelled TS_CREATE gives it back
 pass|async|take-close|-DTAKE=1 -DNA=2 -DMAXI=1 -DNG=1 -DCLOSER=1 -DCXMASK=1 -DCANCELLER=1 -DLCXMASK=2|async takes: close vs put vs fire vs the loop cancel
+pass|shared|two|-DNA=2 -DCEIL=1 -DIT0=3 -DIT1=2 -DDLMASK=2|2 processes, ceiling 1, 3 and 2 rounds (fast paths, caches, drains), a deadline; either dies anywhere (in the lock, mid-settle, granted, holding)
+pass|shared|three|-DNA=3 -DCEIL=1 -DIT0=1 -DIT1=1 -DIT2=1|3 processes, ceiling 1: two queued, takeovers racing, sweeps; any one dies anywhere
+pass|shared|ceiling2|-DNA=3 -DCEIL=2 -DIT0=1 -DIT1=1 -DIT2=1 -DDLMASK=4|3 processes, ceiling 2, a deadline; any one dies anywhere
+pass|shared|reuse|-DNA=3 -DCEIL=1 -DNEWCOMER=1 -DVICTIMS=2 -DIT0=1 -DIT1=1 -DIT2=1|a process attaches into the slot of one that died holding the lock, while a waiter that saw the dead owner is about to take over: the generation of the lock word makes its stale CAS fail
 catch|turnstile|MUT_CANCEL_BEFORE_SLEEP|-DNW=3 -DNR=0 -DCEIL=0 -DDLMASK=0 -DCXMASK=7 -DCANCELLER=1|park checks the cancel flag before announcing SLEEPING
 catch|turnstile|MUT_CLEAR_OUTSIDE_LOCK|-DNW=3 -DNR=1 -DCEIL=1 -DDLMASK=1|leave clears WAITERS after unlocking
 catch|turnstile|MUT_GRANT_AFTER_UNLOCK|-DNW=3 -DNR=1 -DCEIL=1 -DDLMASK=1|drain unlinks under the lock, publishes GRANTED after unlocking
@@ -72,6 +87,14 @@ catch|async|MUT_END_NO_LOOK|-DTAKE=0 -DNA=2 -DCEIL=1 -DNG=1 -DDLMASK=1|after the
 catch|async|MUT_LOOK_BEFORE_CLEAR|-DTAKE=0 -DNA=2 -DCEIL=1 -DNG=1 -DDLMASK=1|dispatch looks at the stack and the ready list, then clears signalled (a push in between is lost)
 catch|async|MUT_END_STACK_ONLY|-DTAKE=0 -DNA=3 -DCEIL=0 -DNG=0 -DCXMASK=7 -DCANCELLER=1 -DLCXMASK=2|the last look skips the ready list (nodes a callback cancel collected after the round budget was set)
 catch|async|MUT_OLD_DISPATCH|-DTAKE=0 -DNA=2 -DCEIL=1 -DNG=1 -DDLMASK=1|the dispatch before cc02589: clear signalled, drain the eventfd, one round, write only if still ready
+catch|shared|MUT_REBUILD_TRUSTS_AVAIL|-DNA=2 -DCEIL=1|rebuild adds the records of a dead process back to the stored avail instead of recomputing it (a death between avail and the write of a record)
+catch|shared|MUT_FAST_RETURN_IGNORES_DRAINED|-DNA=2 -DCEIL=1|the fast return ignores DRAINED: a pass parked in a cache while a waiter sleeps forever
+catch|shared|MUT_FIRST_ENQUEUE_NO_DRAIN|-DNA=2 -DCEIL=1|the first enqueue does not collect and drain the caches (barging, a pass stuck in a cache)
+catch|shared|MUT_SETTLE_WITHOUT_LOCK|-DNA=3 -DCEIL=1 -DIT0=1 -DIT1=1 -DIT2=1|a granted waiter moves its pass into held and frees its slot without the lock: the rebuild of a sweep counts the pass twice, a waiter sleeps forever
+catch|shared|MUT_REBUILD_KEEPS_DEAD_GRANTED|-DNA=2 -DCEIL=1|rebuild counts the GRANTED slot of a dead process as live and keeps it (the pass is lost)
+catch|shared|MUT_UNDRAIN_WHILE_QUEUED|-DNA=2 -DCEIL=1|maybe_undrain ignores the queue: a fast return parks a pass a waiter needs
+catch|shared|MUT_NO_SWEEP|-DNA=2 -DCEIL=1|the end of a slice does not look for the dead: the pass of a dead holder never comes back
+catch|shared|MUT_LOCK_NO_GEN|-DNA=3 -DCEIL=1 -DNEWCOMER=1 -DVICTIMS=2 -DIT0=1 -DIT1=1 -DIT2=1|the generation of the lock word stands still: a stale takeover CAS takes the lock from a newcomer in the slot of the dead owner (lib/shared.c 75c955a)
 EOF
 }
 
@@ -82,7 +105,7 @@ one() {
 $1
 EOF
 	dir=$work/$model.$name
-	[ "$kind" = pass ] || flags="$flags -D$name"
+	[ "$kind" != catch ] || flags="$flags -D$name"
 	rm -rf "$dir"
 	mkdir -p "$dir"
 	cd "$dir"
