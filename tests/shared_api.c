@@ -350,6 +350,30 @@ static void short_waits_recover_a_dead_holder(void)
 	close(fd);
 }
 
+/* A zombie (exited, not reaped) is dead: its pass comes back before its
+ * parent reaps it, and its slot counts for neither EUSERS nor EBUSY. */
+static void zombies_are_dead(void)
+{
+	ts_shared_limits two = { 4, 2, 0 };
+	int fd = turnstile_file(1, &two);
+	ts_turnstile *t = ts_shared_attach(fd);
+	pid_t z = spawn(hold_and_die, &fd); /* attaches: both slots taken */
+	POLL_UNTIL(shared_available(t) == 0);
+	siginfo_t si;
+	CHECK(waitid(P_PID, (id_t)z, &si, WEXITED | WNOWAIT) == 0); /* exited, still a zombie */
+	int64_t back = -1;
+	CHECK_EQ(ts_shared_recover(t, &back), 0);
+	CHECK_EQ(back, 1);
+	CHECK_EQ(shared_available(t), 1);
+	ts_turnstile *again = ts_shared_attach(fd); /* the zombie's slot is free */
+	CHECK(again);
+	ts_turnstile_free(again);
+	reap_ok(z);
+	ts_turnstile_free(t);
+	CHECK_EQ(ts_shared_format(fd, 1, NULL), 0); /* nobody attached: not busy */
+	close(fd);
+}
+
 int main(void)
 {
 	format_refuses_what_is_not_a_file();
@@ -361,6 +385,7 @@ int main(void)
 	fork_makes_a_process_of_its_own();
 	detach_gives_passes_back();
 	short_waits_recover_a_dead_holder();
+	zombies_are_dead();
 	printf("shared_api: ok\n");
 	return 0;
 }
