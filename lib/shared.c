@@ -17,11 +17,14 @@
  * records gives the exact count — nothing lost, nothing doubled.  Passes a
  * dead process held or cached become free; its waiter slots are freed.
  *
- * THE LOCK.  `lock` holds the owner's process slot + 1 (and CONTENDED).
- * Everything but the fast paths runs under it.  A locker that has waited a
- * slice asks the kernel whether the owner still lives (its byte's
- * open-file-description lock); if not it takes the lock over with a CAS
- * and rebuilds.  A lock word of our own, not a robust pthread mutex: a
+ * THE LOCK.  `lock` holds the owner's process slot + 1, CONTENDED and a
+ * generation that every unlock and takeover moves on.  Everything but the
+ * fast paths runs under it.  A locker that has waited a whole slice on an
+ * unchanged word asks the kernel whether the owner still lives (its
+ * byte's open-file-description lock); if not it takes the lock over with a
+ * CAS of the whole word, generation included (so never from a live
+ * process that got the lock, or even the dead one's slot, since), and
+ * rebuilds.  A lock word of our own, not a robust pthread mutex: a
  * scribbled segment must never make glibc abort us.
  *
  * FAST PATHS (no lock, no system call).  A process takes a pass from its
@@ -43,9 +46,11 @@
  * in between is a death of the owner of both, which frees both) and to
  * free its slot.  A waiter that gave up (deadline, token) unlinks itself
  * under the lock unless a grant got there first.  Waiters park in slices
- * of recover_ns / 2; at a slice's end one of them sweeps for dead
- * processes, so a dead holder's passes and a granter that died before its
- * wake are noticed in time.
+ * of recover_ns / 2; at a slice's end, at every slow wait and in an event
+ * loop's timer, one of them per half recover_ns sweeps for dead processes,
+ * so a dead holder's passes and a granter that died before its wake are
+ * noticed in time.  How a granted slot is told (a shared futex wake, or an
+ * event loop's doorbell) is tell_slot(), the one seam.
  *
  * Model: tests/model/shared.pml (a process that may die between any two
  * steps, a recoverer); fault injection: every STEP(n) below may _exit the
