@@ -836,11 +836,6 @@ static void scenario_audit(void)
 	}
 }
 
-static void *no_work(void *arg)
-{
-	return arg;
-}
-
 int main(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++) {
@@ -886,10 +881,7 @@ int main(int argc, char **argv)
 		perror(opt.csv);
 		return 1;
 	}
-	/* glibc skips atomics until a process has had a second thread */
-	pthread_t th;
-	pthread_create(&th, NULL, no_work, NULL);
-	pthread_join(th, NULL);
+	first_thread();
 	scenario_load();
 	if (opt.audit)
 		scenario_audit();

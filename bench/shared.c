@@ -288,19 +288,6 @@ static bool reap(pid_t pid, const char *what)
 	return false;
 }
 
-static void *no_work(void *arg)
-{
-	return arg;
-}
-
-static void first_thread(void)
-{
-	/* glibc skips atomics until a process has had a second thread */
-	pthread_t th;
-	pthread_create(&th, NULL, no_work, NULL);
-	pthread_join(th, NULL);
-}
-
 /* ---- samples -------------------------------------------------------------- */
 
 

@@ -160,19 +160,6 @@ static void quantiles(struct samples *per, int n_threads, double q[3])
 	free(all);
 }
 
-static void *no_work(void *arg)
-{
-	return arg;
-}
-
-static void first_thread(void)
-{
-	/* glibc skips atomics until a process has had a second thread */
-	pthread_t th;
-	pthread_create(&th, NULL, no_work, NULL);
-	pthread_join(th, NULL);
-}
-
 /* ---- scenario: contended hand-off --------------------------------------- */
 
 struct handoff {

@@ -4,6 +4,7 @@
 #define TS_BENCH_TIMING_H
 
 #include <errno.h>
+#include <pthread.h>
 #include <time.h>
 
 #include <turnstile/common.h>
@@ -25,6 +26,20 @@ static inline void sleep_ms(int ms)
 	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
 	while (nanosleep(&ts, &ts) == EINTR)
 		;
+}
+
+static inline void *no_work(void *arg)
+{
+	return arg;
+}
+
+/* glibc skips atomics until a process has had a second thread: start one,
+ * so that one-thread measurements pay what threaded programs pay. */
+static inline void first_thread(void)
+{
+	pthread_t th;
+	pthread_create(&th, NULL, no_work, NULL);
+	pthread_join(th, NULL);
 }
 
 #endif
