@@ -30,25 +30,8 @@ start_scripted() {
 }
 
 start_cluster
-direct -q postgres <<'EOF'
-create table sample_stop ();
-create table shutdown_check (v int);
--- The most server connections the proxy had at once, sampled every 2 ms
--- from a direct session until a row appears in sample_stop.
-create function max_server_conns() returns int language plpgsql as $$
-declare m int := 0; n int;
-begin
-	loop
-		perform pg_stat_clear_snapshot();
-		select count(*) into n from pg_stat_activity
-			where backend_type = 'client backend' and application_name <> 'direct';
-		m := greatest(m, n);
-		exit when exists (select from sample_stop);
-		perform pg_sleep(0.002);
-	end loop;
-	return m;
-end $$;
-EOF
+create_sampler
+direct -qc 'create table shutdown_check (v int)' postgres
 
 # ---- proxy A: pool 4, bands, 5 s wait timeout, 2 loop threads
 start_proxy --pool-size 4 --band application_name=interactive:0 --band user=batch:2 \
@@ -59,14 +42,10 @@ pgbench -i -s 1 -h 127.0.0.1 -p "$port" postgres >"$data/init.log" 2>&1 ||
 ok "pgbench -i through the proxy"
 
 for mode in simple extended; do
-	direct -qc 'delete from sample_stop' postgres
-	direct -Atc 'select max_server_conns()' postgres >"$data/max" &
-	sampler=$!
+	sample_start
 	status=0
 	pgbench -c 16 -j 2 -T 5 -M "$mode" -h 127.0.0.1 -p "$port" postgres >"$data/bench.log" 2>&1 || status=$?
-	direct -qc 'insert into sample_stop default values' postgres
-	wait "$sampler"
-	max=$(cat "$data/max")
+	sample_max
 	[ "$status" -eq 0 ] || { cat "$data/bench.log"; fail "pgbench -M $mode exited $status"; }
 	grep -q '^number of failed transactions: 0 ' "$data/bench.log" ||
 		{ cat "$data/bench.log"; fail "pgbench -M $mode: failed transactions"; }

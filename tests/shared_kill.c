@@ -25,10 +25,16 @@
 
 #include "procs.h"
 
+#ifndef WORKERS /* -D for other shapes */
 #define WORKERS 6
+#endif
+#ifndef THREADS
 #define THREADS 2 /* per worker, on one handle: what ThreadSanitizer sees */
-#define MARKS (WORKERS * THREADS)
+#endif
+#ifndef CEILING
 #define CEILING 2
+#endif
+#define MARKS (WORKERS * THREADS)
 
 struct stats {
 	_Atomic long admissions, violations, worst;

@@ -3,6 +3,8 @@
  *
  *   SHOW POOLS        per pool: size, passes in use, server connections,
  *                     idle ones, clients queued in all and per band
+ *   SHOW PROCESSES    --processes: per worker, its pid, clients connected
+ *                     now and how many times it was started (none without)
  *   SHOW BANDS        per band: admitted, timed out, wait p50/p99/max
  *                     since start (from the first message of a
  *                     transaction to its server connection)
@@ -10,6 +12,10 @@
  *                     connections above it are closed
  *   SHUTDOWN          close the set: queued clients get an error, open
  *                     transactions finish, then the proxy exits
+ *
+ * With --processes each worker answers for itself, but the pools' numbers
+ * are every worker's but idle_conns and the per-band queue, which are the
+ * answering worker's; RESIZE and SHUTDOWN act on all of them.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -74,7 +80,13 @@ static void pool_row(struct pool *p, void *arg)
 	snprintf(v[0], 64, "%s", p->db);
 	snprintf(v[1], 64, "%lld", (long long)size);
 	snprintf(v[2], 64, "%lld", (long long)(size - avail));
-	snprintf(v[3], 64, "%lld", (long long)atomic_load(&p->conns));
+	int64_t conns = atomic_load(&p->conns);
+	if (p->conn_turns) { /* every worker's: the passes of conns out */
+		int64_t conns_avail;
+		ts_turnstile_snapshot(p->conn_turns, &conns_avail, NULL);
+		conns = size - conns_avail;
+	}
+	snprintf(v[3], 64, "%lld", (long long)conns);
 	snprintf(v[4], 64, "%zu", idle);
 	snprintf(v[5], 64, "%lld", (long long)waiting);
 	for (int b = 0; b <= P.max_band; b++)
@@ -97,6 +109,25 @@ static void show_pools(struct buf *out)
 	}
 	row_description(out, cols, ncols);
 	pools_each(pool_row, out);
+	command_complete(out, "SHOW");
+}
+
+static void process_row(int w, pid_t pid, int64_t clients, uint32_t starts, void *arg)
+{
+	char v[4][64];
+	snprintf(v[0], 64, "%d", w);
+	snprintf(v[1], 64, "%d", (int)pid);
+	snprintf(v[2], 64, "%lld", (long long)clients);
+	snprintf(v[3], 64, "%u", starts);
+	data_row(arg, v, 4);
+}
+
+static void show_processes(struct buf *out)
+{
+	static const char *cols[] = { "worker", "pid", "clients", "starts" };
+	row_description(out, cols, 4);
+	if (P.worker >= 0)
+		procs_each_worker(process_row, out);
 	command_complete(out, "SHOW");
 }
 
@@ -175,6 +206,8 @@ void admin_query(struct buf *out, const char *sql)
 		show_pools(out);
 	} else if (!strcasecmp(q, "SHOW BANDS")) {
 		show_bands(out);
+	} else if (!strcasecmp(q, "SHOW PROCESSES")) {
+		show_processes(out);
 	} else if (!strncasecmp(q, "RESIZE ", 7)) {
 		resize(out, q + 7);
 	} else if (!strcasecmp(q, "SHUTDOWN")) {
@@ -183,6 +216,6 @@ void admin_query(struct buf *out, const char *sql)
 	} else {
 		send_error(out, "ERROR", "42601",
 			   "pgproxy admin console: unknown command \"%.100s\" (SHOW POOLS, SHOW BANDS, "
-			   "RESIZE db N, SHUTDOWN)", q);
+			   "SHOW PROCESSES, RESIZE db N, SHUTDOWN)", q);
 	}
 }

@@ -20,6 +20,7 @@ struct canceller {
 };
 
 #define CANCEL_BUCKETS 1024
+#define BUCKET(id) (((uint32_t)(id) * 2654435761u) >> 22) /* of 1024 */
 static pthread_mutex_t cancel_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct client *cancel_tab[CANCEL_BUCKETS];
 static int32_t cancel_next_id;
@@ -30,12 +31,13 @@ void cancel_register(struct client *c, int32_t *pid, int32_t *key)
 	if (getrandom(&k, sizeof(k), 0) != sizeof(k))
 		k = (uint32_t)ts_now_ns() * 2654435761u;
 	pthread_mutex_lock(&cancel_mu);
-	if (++cancel_next_id <= 0)
+	/* --processes: the low bits name the worker (procs_cancel_elsewhere) */
+	if (++cancel_next_id <= 0 || cancel_next_id >= INT32_MAX / MAX_PROCESSES)
 		cancel_next_id = 1;
-	c->id = cancel_next_id;
+	c->id = P.worker < 0 ? cancel_next_id : cancel_next_id * MAX_PROCESSES + P.worker;
 	c->key = (int32_t)k;
 	c->srv_pid = c->srv_key = 0;
-	struct client **head = &cancel_tab[c->id % CANCEL_BUCKETS];
+	struct client **head = &cancel_tab[BUCKET(c->id)];
 	c->cancel_next = *head;
 	*head = c;
 	c->registered = true;
@@ -49,7 +51,7 @@ void cancel_unregister(struct client *c)
 	if (!c->registered)
 		return;
 	pthread_mutex_lock(&cancel_mu);
-	for (struct client **p = &cancel_tab[c->id % CANCEL_BUCKETS]; *p; p = &(*p)->cancel_next)
+	for (struct client **p = &cancel_tab[BUCKET(c->id)]; *p; p = &(*p)->cancel_next)
 		if (*p == c) {
 			*p = c->cancel_next;
 			break;
@@ -75,7 +77,7 @@ bool cancel_lookup(int32_t pid, int32_t key, int32_t *srv_pid, int32_t *srv_key)
 	if (pid <= 0)
 		return false;
 	pthread_mutex_lock(&cancel_mu);
-	for (struct client *c = cancel_tab[pid % CANCEL_BUCKETS]; c; c = c->cancel_next)
+	for (struct client *c = cancel_tab[BUCKET(pid)]; c; c = c->cancel_next)
 		if (c->id == pid && c->key == key && c->srv_pid) {
 			*srv_pid = c->srv_pid;
 			*srv_key = c->srv_key;

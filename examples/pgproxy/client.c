@@ -129,7 +129,7 @@ static void send_login(struct client *c)
 		for (int t = 0; t < NPARAMS; t++)
 			if (!sent[t] && c->want.set[t] && param_reported(t))
 				send_param(&c->out, param_name(t), c->want.v[t]);
-		atomic_store(&u->pool->logged_in, true);
+		pool_mark_logged_in(u->pool);
 	}
 	cancel_register(c, &pid, &key);
 	pkt_begin(&k, 'K');
@@ -213,6 +213,8 @@ static void client_startup(struct client *c)
 		if (len == 16 && cancel_lookup((int32_t)get32(p + 8), (int32_t)get32(p + 12),
 					       &srv_pid, &srv_key))
 			cancel_forward(c->w.loop, srv_pid, srv_key);
+		else if (len == 16)
+			(void)procs_cancel_elsewhere((int32_t)get32(p + 8), (const unsigned char *)p);
 		client_close(c); /* a cancel connection gets no answer */
 		return;
 	}
@@ -320,6 +322,13 @@ static void acquire_failed(struct client *c, int err)
 	refuse_batch(c);
 }
 
+/* A job's seq: unique across workers too (their claims meet in one queue). */
+static uint64_t next_seq(void)
+{
+	uint64_t n = atomic_fetch_add(&P.seq, 1) + 1;
+	return P.worker < 0 ? n : n * MAX_PROCESSES + (uint64_t)P.worker;
+}
+
 static void on_turn(ts_async *node, int result, void *arg)
 {
 	struct client *c = arg;
@@ -338,7 +347,7 @@ static void start_acquire(struct client *c)
 {
 	struct pool *pool = c->up->pool;
 	int64_t now = ts_now_ns();
-	ts_claim claim = { c->band, now, atomic_fetch_add(&P.seq, 1) + 1 };
+	ts_claim claim = { c->band, now, next_seq() };
 	c->acq_start = now;
 	c->deadline = P.cfg.wait_timeout_ns ? now + P.cfg.wait_timeout_ns : 0;
 	c->pass = (ts_pass)TS_PASS_NONE;
@@ -413,10 +422,92 @@ static bool take_item(struct client *c, void *item)
 	return false;
 }
 
+/* A new connection, its place under the ceiling taken (and its creation
+ * slot, which the connection keeps). */
+static void connect_new(struct client *c)
+{
+	struct server *s = server_new(c->up);
+	if (!s) {
+		ts_pass_return(&c->conn_pass);
+		pool_release_conn(c->up->pool);
+		ts_waitlist_discard(c->up->conns);
+		ts_pass_return(&c->pass);
+		acquire_failed(c, ENOMEM);
+		return;
+	}
+	s->conn_pass = c->conn_pass;
+	c->conn_pass = (ts_pass)TS_PASS_NONE;
+	set_state(c, C_CONNECTING);
+	server_start(c, s);
+}
+
+static void conn_failed(struct client *c, int err)
+{
+	ts_waitlist_discard(c->up->conns);
+	ts_pass_return(&c->pass);
+	acquire_failed(c, err);
+}
+
+static void on_conn(ts_async *node, int result, void *arg)
+{
+	struct client *c = arg;
+	c->conn_queued = false;
+	if (result == 0) {
+		c->conn_pass = ts_async_pass(node);
+		atomic_fetch_add(&c->up->pool->conns, 1);
+		connect_new(c);
+	} else {
+		conn_failed(c, result);
+	}
+	client_drive(c);
+}
+
+#define CONN_PATIENCE_NS ((int64_t)5 * 1000000)
+
+/* --processes: a connection's place is a pass of the pool's conns
+ * turnstile, shared by every worker.  Taken at once when free; at the
+ * ceiling, first make room here (another user's idle connection), then
+ * wait a little for one of this worker's own to come back (no connection
+ * moves between workers while this one's will do), then queue, in the
+ * order of the transaction's claim, for one another worker closes. */
+static void conn_reserve_shared(struct client *c)
+{
+	struct pool *pool = c->up->pool;
+	ts_claim claim = { c->band, c->acq_start, next_seq() };
+	c->conn_pass = (ts_pass)TS_PASS_NONE;
+	if (ts_turnstile_wait(pool->conn_turns, &claim, TS_DEADLINE_NOW, NULL, &c->conn_pass) == 0 ||
+	    (pool_close_idle_other(c->up) &&
+	     ts_turnstile_wait(pool->conn_turns, &claim, TS_DEADLINE_NOW, NULL, &c->conn_pass) == 0)) {
+		atomic_fetch_add(&pool->conns, 1);
+		connect_new(c);
+		return;
+	}
+	if (atomic_load(&pool->conns) > 0 && ts_now_ns() - c->acq_start < CONN_PATIENCE_NS) {
+		ts_waitlist_discard(c->up->conns);
+		c->retry = true;
+		return;
+	}
+	int r = ts_turnstile_wait_async(pool->conn_turns, &claim, c->deadline, NULL, c->w.loop->notifier,
+					&c->node, on_conn, c, &c->conn_pass);
+	if (r == EINPROGRESS) {
+		c->conn_queued = true;
+		procs_conn_ask(pool->id);
+	} else if (r == 0) {
+		atomic_fetch_add(&pool->conns, 1);
+		connect_new(c);
+	} else {
+		conn_failed(c, r);
+	}
+}
+
 /* A creation slot: a new connection, if the pool has room under its
  * ceiling (or makes it by closing another user's idle connection). */
 static void server_create(struct client *c)
 {
+	if (c->up->pool->conn_turns) {
+		conn_reserve_shared(c);
+		return;
+	}
 	if (!pool_reserve_conn(c->up)) {
 		/* a connection is on its way back to the pool: try again on
 		 * the loop's next turn */
@@ -424,16 +515,7 @@ static void server_create(struct client *c)
 		c->retry = true;
 		return;
 	}
-	struct server *s = server_new(c->up);
-	if (!s) {
-		pool_release_conn(c->up->pool);
-		ts_waitlist_discard(c->up->conns);
-		ts_pass_return(&c->pass);
-		acquire_failed(c, ENOMEM);
-		return;
-	}
-	set_state(c, C_CONNECTING);
-	server_start(c, s);
+	connect_new(c);
 }
 
 static void on_take(ts_async *node, int result, void *arg)
@@ -524,9 +606,14 @@ static void client_let_go(struct client *c)
 		}
 		break;
 	case C_WAIT_CONN:
-		/* 0: withdrawn; EALREADY: a connection it got went to the next
-		 * taker or back to the pool; ENOENT: it was retrying */
+		/* 0: withdrawn; EALREADY: a connection (or conns pass) it got
+		 * went to the next taker or back to the pool; ENOENT: it was
+		 * retrying */
 		(void)ts_async_cancel(&c->node);
+		if (c->conn_queued) { /* the creation slot it held */
+			ts_waitlist_discard(c->up->conns);
+			c->conn_queued = false;
+		}
 		ts_pass_return(&c->pass);
 		break;
 	case C_CONNECTING:
@@ -1318,7 +1405,7 @@ struct client *client_new(struct loop *l, int fd)
 	c->w = (struct watch){ .kind = K_CLIENT, .fd = fd, .loop = l };
 	c->sw = (struct watch){ .kind = K_SERVER, .fd = -1, .loop = l };
 	c->node = (ts_async)TS_ASYNC_INIT;
-	c->pass = (ts_pass)TS_PASS_NONE;
+	c->pass = c->conn_pass = (ts_pass)TS_PASS_NONE;
 	if (P.cfg.login_timeout_ns)
 		c->login_deadline = ts_now_ns() + P.cfg.login_timeout_ns;
 	c->next = l->clients;
@@ -1326,6 +1413,7 @@ struct client *client_new(struct loop *l, int fd)
 		l->clients->prev = c;
 	l->clients = c;
 	l->nclients++;
+	procs_clients_add(1);
 	watch_set(&c->w, EPOLLIN | EPOLLRDHUP);
 	return c;
 }
@@ -1344,6 +1432,7 @@ static void client_close(struct client *c)
 	if (c->next)
 		c->next->prev = c->prev;
 	l->nclients--;
+	procs_clients_add(-1);
 	if (c->up) {
 		upool_put(c->up);
 		c->up = NULL;
@@ -1536,5 +1625,7 @@ void conn_free(struct watch *w)
 		free(c);
 	} else if (w->kind == K_CANCEL) {
 		cancel_free(w);
+	} else if (w->kind == K_CLOSER) {
+		procs_closer_free(w);
 	}
 }

@@ -4,10 +4,11 @@
  *
  *   pgproxy --listen 127.0.0.1:6433 [--listen /dir] --server 'host=/run/postgresql port=5432'
  *           [--pool-size 4] [--band application_name=NAME:BAND | user=NAME:BAND]...
- *           [--default-band B] [--wait-timeout 5s] [--threads N]
+ *           [--default-band B] [--wait-timeout 5s] [--threads N] [--processes N]
  *
- * This file: options, pools, the loop threads, accept, shutdown.  See
- * README.md in this folder for what is supported. */
+ * This file: options, pools, the loop threads, accept, shutdown (a
+ * master and its workers: processes.c).  See README.md in this folder for
+ * what is supported. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -34,7 +35,8 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: pgproxy --listen HOST:PORT [--listen /socket/dir] --server 'host=H port=P [password=W]'\n"
 		"               [--pool-size N] [--band application_name=NAME:BAND] [--band user=NAME:BAND]\n"
-		"               [--default-band B] [--wait-timeout DURATION] [--threads N] [--max-prepared N]\n"
+		"               [--default-band B] [--wait-timeout DURATION] [--threads N] [--processes N]\n"
+		"               [--max-prepared N]\n"
 		"               [--client-login-timeout D] [--server-connect-timeout D]\n"
 		"               [--server-idle-timeout D] [--server-lifetime D] [--ignore-startup-parameters P,...]\n"
 		"  --pool-size N        server connections per database, the turnstile's ceiling (default 4)\n"
@@ -43,6 +45,9 @@ static void usage(FILE *f)
 		"  --default-band B     band of clients no rule matches (default 1)\n"
 		"  --wait-timeout D     give up on a queued transaction after D (5s, 200ms; 0: never)\n"
 		"  --threads N          event-loop threads (default 1)\n"
+		"  --processes N        N worker processes on one port (SO_REUSEPORT), each with\n"
+		"                       --threads loops, sharing each pool's ceiling and queue; a\n"
+		"                       dead worker is replaced (default: this process alone)\n"
 		"  --max-prepared N     named prepared statements kept per server connection (0: refused;\n"
 		"                       default 0)\n"
 		"  --client-login-timeout D    close a client that has not logged in after D (default 60s)\n"
@@ -205,7 +210,11 @@ static bool unix_socket_live(const struct sockaddr_un *un)
 	return live;
 }
 
-static int listen_on(const char *spec)
+/* TCP: LISTEN alone; HOLD binds with SO_REUSEPORT and does not listen (the
+ * master keeps the port), SHARE binds to the held address and listens. */
+enum listen_mode { LISTEN, HOLD, SHARE };
+
+static int listen_on(const char *spec, enum listen_mode mode)
 {
 	int fd;
 	if (spec[0] == '/') {
@@ -240,10 +249,17 @@ static int listen_on(const char *spec)
 	int err = getaddrinfo(host[0] ? host : NULL, colon + 1, &hints, &ai);
 	if (err)
 		die("--listen: %s", gai_strerror(err));
-	fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	const struct sockaddr *addr = ai->ai_addr;
+	socklen_t addrlen = ai->ai_addrlen;
+	if (mode == SHARE) { /* the address the master holds (its port, for port 0) */
+		addr = (const struct sockaddr *)&P.listen_addr;
+		addrlen = P.listen_addrlen;
+	}
+	fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	int one = 1;
 	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
-	    bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+	    (mode != LISTEN && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) != 0) ||
+	    bind(fd, addr, addrlen) != 0 || (mode != HOLD && listen(fd, 1024) != 0)) {
 		fprintf(stderr, "pgproxy: cannot listen on %s: %s\n", spec, strerror(errno));
 		exit(1);
 	}
@@ -273,6 +289,7 @@ static void loop_stop(struct loop *l)
 }
 
 #define TICK_NS ((int64_t)250 * 1000000)  /* timeouts are checked this often */
+#define SHARE_NS ((int64_t)10 * 1000000)  /* --processes: connections other workers wait for */
 #define EMFILE_PAUSE_NS ((int64_t)1000 * 1000000)
 
 static void accept_pause(struct loop *l, bool on)
@@ -358,8 +375,10 @@ static void *loop_run(void *arg)
 	struct loop *l = arg;
 	struct epoll_event ev[64];
 	l->next_tick = ts_now_ns() + TICK_NS;
+	bool sharer = l->idx == 0 && P.worker >= 0;
+	int64_t next_share = 0;
 	while (!l->stopping || l->nclients || l->ncancels) {
-		int64_t wait_ns = l->next_tick - ts_now_ns();
+		int64_t wait_ns = (sharer && next_share < l->next_tick ? next_share : l->next_tick) - ts_now_ns();
 		int timeout = any_retry(l) ? 1 : wait_ns <= 0 ? 0 : (int)(wait_ns / 1000000) + 1;
 		int n = epoll_wait(l->ep, ev, 64, timeout);
 		if (n < 0) {
@@ -401,10 +420,21 @@ static void *loop_run(void *arg)
 			case K_CANCEL:
 				cancel_event(w, ev[i].events);
 				break;
+			case K_PEER:
+				procs_peer_event(l);
+				break;
+			case K_CLOSER:
+				procs_closer_event(w);
+				break;
 			}
 		}
 		loop_retries(l);
 		int64_t now = ts_now_ns();
+		if (sharer && now >= next_share) {
+			next_share = now + SHARE_NS;
+			pools_share();
+			procs_tick();
+		}
 		if (now >= l->next_tick)
 			loop_tick(l, now);
 		if (atomic_load(&P.shutting_down) && !l->stopping)
@@ -440,6 +470,10 @@ static void loop_init(struct loop *l, int idx, int sigfd)
 	l->signal_w = (struct watch){ .kind = K_SIGNAL, .fd = sigfd, .loop = l };
 	if (sigfd >= 0)
 		watch_set(&l->signal_w, EPOLLIN);
+	if (idx == 0 && P.worker >= 0) { /* cancels other workers were sent */
+		l->peer_w = (struct watch){ .kind = K_PEER, .fd = procs_peer_fd(), .loop = l };
+		watch_set(&l->peer_w, EPOLLIN);
+	}
 }
 
 int main(int argc, char **argv)
@@ -450,6 +484,7 @@ int main(int argc, char **argv)
 	P.cfg.pool_size = 4;
 	P.cfg.default_band = 1;
 	P.cfg.threads = 1;
+	P.worker = -1;
 	P.cfg.wait_timeout_ns = 0;
 	P.cfg.login_timeout_ns = 60 * (int64_t)1000000000; /* pgbouncer's defaults */
 	P.cfg.connect_timeout_ns = 15 * (int64_t)1000000000;
@@ -498,6 +533,8 @@ int main(int argc, char **argv)
 			snprintf(P.cfg.ignore_params, sizeof(P.cfg.ignore_params), "%s", v);
 		} else if (!strcmp(a, "--threads")) {
 			P.cfg.threads = (int)parse_int(v, 1, 64, "--threads");
+		} else if (!strcmp(a, "--processes")) {
+			P.cfg.processes = (int)parse_int(v, 1, MAX_PROCESSES, "--processes");
 		} else {
 			fprintf(stderr, "pgproxy: unknown option %s\n", a);
 			usage(stderr);
@@ -533,14 +570,13 @@ int main(int argc, char **argv)
 	int sigfd = signalfd(-1, &sigs, SFD_NONBLOCK | SFD_CLOEXEC);
 
 	pthread_mutex_init(&P.pools_mu, NULL);
-	P.set = ts_set_new();
-	if (!P.set || sigfd < 0) {
+	if (sigfd < 0) {
 		perror("pgproxy: setup");
 		return 1;
 	}
 	char where[2][300];
 	for (int i = 0; i < nlistens; i++) {
-		P.listen_fd[P.nlisten++] = listen_on(listens[i]);
+		P.listen_fd[P.nlisten++] = listen_on(listens[i], P.cfg.processes ? HOLD : LISTEN);
 		if (listens[i][0] == '/') {
 			snprintf(where[i], sizeof(where[i]), "%s", P.unix_path);
 		} else { /* port 0: the kernel's choice, which the log line tells */
@@ -548,23 +584,51 @@ int main(int argc, char **argv)
 			socklen_t len = sizeof(ss);
 			char host[256] = "?";
 			getsockname(P.listen_fd[i], (struct sockaddr *)&ss, &len);
+			memcpy(&P.listen_addr, &ss, len);
+			P.listen_addrlen = len;
 			P.cfg.listen_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
 									   : ((struct sockaddr_in *)&ss)->sin_port);
 			getnameinfo((struct sockaddr *)&ss, len, host, sizeof(host), NULL, 0, NI_NUMERICHOST);
 			snprintf(where[i], sizeof(where[i]), "%s:%d", host, P.cfg.listen_port);
 		}
 	}
+	char procs[64] = "", listening[1024];
+	if (P.cfg.processes)
+		snprintf(procs, sizeof(procs), " in each of %d processes", P.cfg.processes);
+	snprintf(listening, sizeof(listening),
+		 "pgproxy: listening on %s%s%s, server %s port %d, pool size %d, %d thread%s%s\n",
+		 where[0], nlistens > 1 ? " and " : "", nlistens > 1 ? where[1] : "",
+		 P.cfg.server_host, P.cfg.server_port, P.cfg.pool_size, P.cfg.threads,
+		 P.cfg.threads > 1 ? "s" : "", procs);
+	if (!P.cfg.processes)
+		fputs(listening, stderr);
+	if (P.cfg.processes) {
+		/* the master says it listens once a worker does */
+		if (!procs_start(listening)) { /* the master, once every worker has shut down */
+			for (int i = 0; i < P.nlisten; i++)
+				close(P.listen_fd[i]);
+			if (P.unix_path[0])
+				unlink(P.unix_path);
+			fprintf(stderr, "pgproxy: shut down\n");
+			return 0;
+		}
+		P.unix_path[0] = 0; /* the master's to remove */
+		for (int i = 0; i < nlistens; i++)
+			if (listens[i][0] != '/') { /* a socket of its own on the master's port */
+				close(P.listen_fd[i]);
+				P.listen_fd[i] = listen_on(listens[i], SHARE);
+			}
+	}
+	P.set = ts_set_new();
 	P.loops = calloc((size_t)P.cfg.threads, sizeof(*P.loops));
-	if (!P.loops) {
+	if (!P.set || !P.loops) {
 		perror("pgproxy");
 		return 1;
 	}
 	for (int i = 0; i < P.cfg.threads; i++)
 		loop_init(&P.loops[i], i, i == 0 ? sigfd : -1);
-	fprintf(stderr, "pgproxy: listening on %s%s%s, server %s port %d, pool size %d, %d thread%s\n",
-		where[0], nlistens > 1 ? " and " : "", nlistens > 1 ? where[1] : "",
-		P.cfg.server_host, P.cfg.server_port, P.cfg.pool_size, P.cfg.threads,
-		P.cfg.threads > 1 ? "s" : "");
+	if (P.worker >= 0)
+		procs_ready();
 	for (int i = 0; i < P.cfg.threads; i++)
 		if (pthread_create(&P.loops[i].thread, NULL, loop_run, &P.loops[i]) != 0) {
 			perror("pgproxy: pthread_create");
@@ -587,12 +651,19 @@ int main(int argc, char **argv)
 		close(P.listen_fd[i]);
 	if (P.unix_path[0])
 		unlink(P.unix_path);
+	if (P.worker >= 0)
+		procs_loops_gone();
 	pools_free();
+	if (P.worker >= 0)
+		procs_detach();
 	ts_set_free(P.set);
 	close(sigfd);
 	free(P.loops);
 	free(P.cfg.rules);
 	pthread_mutex_destroy(&P.pools_mu);
-	fprintf(stderr, "pgproxy: shut down\n");
+	if (P.worker >= 0)
+		fprintf(stderr, "pgproxy: worker %d: shut down\n", P.worker);
+	else
+		fprintf(stderr, "pgproxy: shut down\n");
 	return status;
 }

@@ -40,6 +40,7 @@
 
 #define MAX_BANDS 16     /* bands 0..15 */
 #define MAX_POOLS 256    /* databases with clients or connections at once */
+#define MAX_PROCESSES 64 /* --processes; cancel keys carry the worker in their low 6 bits */
 #define NAME_LEN 64      /* PostgreSQL's NAMEDATALEN */
 
 /* Bounds per connection, stated in README.md.  A side is read while less
@@ -188,6 +189,7 @@ struct config {
 	int default_band;
 	int64_t wait_timeout_ns;
 	int threads;
+	int processes;           /* --processes: workers (0: this process alone) */
 	int max_prepared;
 	int64_t login_timeout_ns, connect_timeout_ns, idle_timeout_ns, lifetime_ns;
 	char ignore_params[512]; /* comma-separated startup parameters to ignore */
@@ -217,8 +219,9 @@ struct pool {
 	int id;
 	char db[NAME_LEN];
 	ts_turnstile *turns;
+	ts_turnstile *conn_turns;           /* --processes: a pass per server connection */
 	_Atomic int64_t size;               /* the ceiling, as RESIZE last set it */
-	_Atomic int64_t conns;              /* server connections, all users */
+	_Atomic int64_t conns;              /* server connections, all users (this process's) */
 	_Atomic int64_t waiting[MAX_BANDS]; /* clients queued for a turn, by band */
 	pthread_mutex_t mu;                 /* guards users and refs */
 	struct upool *users;
@@ -243,10 +246,13 @@ struct proxy {
 	struct sockaddr_storage server_addr;
 	socklen_t server_addrlen;
 	int listen_fd[2], nlisten;
+	struct sockaddr_storage listen_addr; /* --processes: the TCP address the master holds */
+	socklen_t listen_addrlen;
 	char unix_path[256];
 	struct loop *loops;
 	_Atomic bool shutting_down;
 	_Atomic uint64_t seq;
+	int worker;                    /* --processes: this worker's index; -1 otherwise */
 	struct band_stats bands[MAX_BANDS];
 	int max_band;
 };
@@ -270,13 +276,20 @@ void pool_put_server(struct server *s);
 /* Close idle connections above the ceiling or past their idle time or
  * lifetime (each loop's tick). */
 void pools_reap(void);
+/* --processes (loop 0, often): close idle connections other workers wait
+ * for, and follow RESIZEs made in other workers. */
+void pools_share(void);
+/* --processes: a local idle connection of a user other than @u closed
+ * (its conns pass goes to the queue); false if there was none. */
+bool pool_close_idle_other(struct upool *u);
+void pool_mark_logged_in(struct pool *p);
 void begin_shutdown(void);
 void hist_add(struct band_stats *s, int64_t ns);
 double hist_pct(const struct band_stats *s, double p); /* ms */
 
 /* ---------------------------------------------------------------- loops */
 
-enum kind { K_LISTEN, K_NOTIFIER, K_WAKE, K_SIGNAL, K_CLIENT, K_SERVER, K_CANCEL };
+enum kind { K_LISTEN, K_NOTIFIER, K_WAKE, K_SIGNAL, K_CLIENT, K_SERVER, K_CANCEL, K_PEER, K_CLOSER };
 
 /* What epoll's data.ptr points at: the first member of every watched
  * object. */
@@ -296,7 +309,7 @@ struct loop {
 	pthread_t thread;
 	int ep;
 	ts_notifier *notifier;
-	struct watch notify_w, wake_w, signal_w, listen_w[2];
+	struct watch notify_w, wake_w, signal_w, peer_w, listen_w[2];
 	struct client *clients; /* every client of this loop, doubly linked */
 	int nclients, ncancels;
 	struct watch *zombies;  /* freed after the current batch of events */
@@ -387,6 +400,7 @@ struct server {
 	struct buf params;       /* startup: the raw ParameterStatus messages */
 	struct srv_stmts *stmts; /* prepared under proxy names */
 	int64_t created_ns, idle_since_ns, deadline_ns;
+	ts_pass conn_pass;       /* --processes: its place under the pool's ceiling */
 	bool dirty;              /* DISCARD or an unknown state: not reused */
 	bool stmts_unknown;      /* after a skipped prepare: close before preparing */
 	bool copy_in_ext;        /* in an Execute's COPY FROM STDIN: Syncs are ignored */
@@ -438,6 +452,7 @@ struct client {
 	bool admin_refused;  /* admin console: refused an extended batch */
 	bool ext_open;       /* extended-protocol messages since the last Sync */
 	bool retry;          /* at the ceiling with nothing to close yet: try again */
+	bool conn_queued;    /* --processes: node waits for a conns pass, slot held */
 	bool param_failed;   /* a SET of its parameters failed: param_err says why */
 	struct pg_error param_err;
 	char status;         /* the last ReadyForQuery status relayed */
@@ -447,6 +462,7 @@ struct client {
 	struct server *srv;
 	ts_async node;
 	ts_pass pass;
+	ts_pass conn_pass;   /* --processes: granted, not yet given to a server */
 	int64_t acq_start, deadline, login_deadline;
 	struct buf in, out;
 	struct relay rl;     /* the client message being forwarded or dropped */
@@ -479,6 +495,41 @@ void client_fatal(struct client *c, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 void client_server_lost(struct client *c, const char *code, const char *why);
 void client_retry(struct client *c);           /* take a connection again */
+
+/* ---------------------------------------------------------------- processes.c */
+
+/* The master: makes the shared turnstiles and table, starts the workers,
+ * restarts dead ones.  Returns true in a worker (P.worker set), false in
+ * the master once every worker has shut down. */
+bool procs_start(const char *listening); /* logged once a worker listens */
+void procs_ready(void);                       /* a worker listens */
+void procs_clients_add(int n);                /* this worker's client count */
+/* SHOW PROCESSES: @fn for each worker (pid 0: being restarted). */
+int procs_each_worker(void (*fn)(int w, pid_t pid, int64_t clients, uint32_t starts, void *arg),
+		      void *arg);
+void procs_detach(void);                      /* a worker's handles, at exit */
+ts_turnstile *procs_turns(int slot);          /* a pool slot's turnstiles, */
+ts_turnstile *procs_conns(int slot);          /* attached at first use */
+int procs_pool_claim(const char *db, int *err); /* the slot naming @db (-1: err) */
+void procs_pool_release(int slot);            /* this worker's pool is gone */
+void procs_pool_logged_in(int slot);
+void procs_conn_ask(int slot);      /* a conns waiter wants a close */
+bool procs_conn_take_ask(int slot); /* true: close an idle connection for it */
+void procs_conn_unask(int slot);    /* a taken ask with nothing to close */
+int64_t procs_pool_size(int slot);
+int procs_pool_resize(int slot, int64_t size); /* every worker's ceiling */
+void procs_request_shutdown(void);            /* the master shuts every worker down */
+/* A closed server connection's fd and conns pass: the pass goes back when
+ * the server hangs up (loop 0 watches). */
+void procs_linger(int fd, ts_pass *pass);
+void procs_closer_event(struct watch *w);
+void procs_closer_free(struct watch *w);
+void procs_tick(void);                         /* loop 0, every SHARE_NS */
+void procs_loops_gone(void);                   /* at exit: closes linger no more */
+int procs_peer_fd(void);                       /* cancels forwarded to this worker */
+void procs_peer_event(struct loop *l);
+/* A CancelRequest for a client of another worker: sent on (true). */
+bool procs_cancel_elsewhere(int32_t pid, const unsigned char msg[16]);
 
 /* ---------------------------------------------------------------- cancel.c */
 

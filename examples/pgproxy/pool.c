@@ -35,19 +35,38 @@ static struct pool *pool_new(int id, const char *db, int *err)
 		*err = ENOMEM;
 		return NULL;
 	}
-	/* A freed pool's shard keeps its turnstile, idle: resizing it again
-	 * sets the ceiling for the new database. */
-	*err = ts_set_resize(P.set, id, P.cfg.pool_size); /* ESHUTDOWN once closed */
+	if (P.worker >= 0) {
+		/* --processes: slot @id's shared turnstiles, the ceiling
+		 * every worker's pool for @db shares */
+		p->turns = procs_turns(id);
+		p->conn_turns = procs_conns(id);
+		*err = !p->turns || !p->conn_turns ? ENOMEM
+		       : ts_turnstile_closed(p->turns) ? ESHUTDOWN
+							: 0;
+		atomic_store(&p->size, procs_pool_size(id));
+	} else {
+		/* A freed pool's shard keeps its turnstile, idle: resizing it
+		 * again sets the ceiling for the new database. */
+		*err = ts_set_resize(P.set, id, P.cfg.pool_size); /* ESHUTDOWN once closed */
+		p->turns = ts_set_turnstile(P.set, id);
+		atomic_store(&p->size, P.cfg.pool_size);
+	}
 	if (*err) {
 		free(p);
 		return NULL;
 	}
 	p->id = id;
 	snprintf(p->db, sizeof(p->db), "%s", db);
-	p->turns = ts_set_turnstile(P.set, id);
-	atomic_store(&p->size, P.cfg.pool_size);
 	pthread_mutex_init(&p->mu, NULL);
 	return p;
+}
+
+static void pool_free(struct pool *p)
+{
+	if (P.worker >= 0)
+		procs_pool_release(p->id);
+	pthread_mutex_destroy(&p->mu);
+	free(p);
 }
 
 struct upool *upool_get(const char *db, const char *user, int *err)
@@ -64,10 +83,14 @@ struct upool *upool_get(const char *db, const char *user, int *err)
 	}
 	bool made = false;
 	if (!p) {
-		if (free_id < 0)
+		if (P.worker >= 0) /* the slot every worker names @db by */
+			free_id = procs_pool_claim(db, err);
+		else if (free_id < 0)
 			*err = ENOSPC;
-		else if ((p = pool_new(free_id, db, err)))
+		if (free_id >= 0 && (p = pool_new(free_id, db, err)))
 			made = true;
+		else if (free_id >= 0 && P.worker >= 0)
+			procs_pool_release(free_id);
 		if (!p) {
 			pthread_mutex_unlock(&P.pools_mu);
 			return NULL;
@@ -96,10 +119,8 @@ struct upool *upool_get(const char *db, const char *user, int *err)
 	pthread_mutex_unlock(&p->mu);
 	if (made && u)
 		P.pools[p->id] = p;
-	else if (made) {
-		pthread_mutex_destroy(&p->mu);
-		free(p);
-	}
+	else if (made)
+		pool_free(p);
 	pthread_mutex_unlock(&P.pools_mu);
 	if (!u)
 		*err = ENOMEM;
@@ -130,10 +151,8 @@ void upool_put(struct upool *u)
 		buf_free(&u->defaults);
 		free(u);
 	}
-	if (pool_gone) {
-		pthread_mutex_destroy(&p->mu);
-		free(p);
-	}
+	if (pool_gone)
+		pool_free(p);
 }
 
 /* Takes an idle connection of a user other than `not` (NULL: any),
@@ -167,13 +186,67 @@ bool pool_reserve_conn(struct upool *u)
 
 void pool_release_conn(struct pool *p) { atomic_fetch_sub(&p->conns, 1); }
 
+bool pool_close_idle_other(struct upool *u)
+{
+	struct server *victim = take_idle_other(u->pool, u);
+	if (victim)
+		server_destroy(victim);
+	return victim != NULL;
+}
+
+void pool_mark_logged_in(struct pool *p)
+{
+	atomic_store(&p->logged_in, true);
+	if (P.worker >= 0)
+		procs_pool_logged_in(p->id);
+}
+
+/* --processes: connections above a ceiling RESIZE lowered in another
+ * worker. */
+static int64_t conns_over(const struct pool *p)
+{
+	int64_t avail;
+	ts_turnstile_snapshot(p->conn_turns, &avail, NULL);
+	return avail < 0 ? -avail : 0;
+}
+
+void pools_share(void)
+{
+	enum { BATCH = 64 };
+	struct server *doomed[BATCH];
+	int n = 0;
+	pthread_mutex_lock(&P.pools_mu);
+	for (int i = 0; i < MAX_POOLS && n < BATCH; i++) {
+		struct pool *p = P.pools[i];
+		if (!p)
+			continue;
+		atomic_store(&p->size, procs_pool_size(p->id));
+		for (int64_t over = conns_over(p); n < BATCH; over--) {
+			bool ask = over <= 0 && procs_conn_take_ask(p->id);
+			if (over <= 0 && !ask)
+				break;
+			struct server *s = take_idle_other(p, NULL);
+			if (!s) {
+				if (ask) /* for a worker that has one */
+					procs_conn_unask(p->id);
+				break;
+			}
+			doomed[n++] = s;
+		}
+	}
+	pthread_mutex_unlock(&P.pools_mu);
+	for (int i = 0; i < n; i++) /* unlocked: destroying drops counts */
+		server_destroy(doomed[i]);
+}
+
 void pool_put_server(struct server *s)
 {
 	struct pool *p = s->up->pool;
 	int64_t now = ts_now_ns();
 	bool old = P.cfg.lifetime_ns && now - s->created_ns >= P.cfg.lifetime_ns;
 	s->idle_since_ns = now;
-	if (s->dirty || old || atomic_load(&p->conns) > atomic_load(&p->size) || buf_len(&s->in) ||
+	if (s->dirty || old || atomic_load(&p->conns) > atomic_load(&p->size) ||
+	    (p->conn_turns && procs_conn_take_ask(p->id)) || buf_len(&s->in) ||
 	    buf_len(&s->out) || s->rl.left || s->rq_len || !ts_waitlist_put(s->up->conns, s))
 		server_destroy(s);
 }
@@ -230,7 +303,8 @@ int pool_resize(const char *db, int64_t size)
 	for (int i = 0; i < MAX_POOLS && !p; i++)
 		if (P.pools[i] && !strcmp(P.pools[i]->db, db))
 			p = P.pools[i];
-	int err = p ? ts_set_resize(P.set, p->id, size) : ENOENT;
+	int err = !p ? ENOENT : P.worker >= 0 ? procs_pool_resize(p->id, size)
+					      : ts_set_resize(P.set, p->id, size);
 	if (!err)
 		atomic_store(&p->size, size);
 	pthread_mutex_unlock(&P.pools_mu);
@@ -268,10 +342,8 @@ void pools_trim_all(void)
 		if (gone)
 			P.pools[list[i]->id] = NULL;
 		pthread_mutex_unlock(&P.pools_mu);
-		if (gone) {
-			pthread_mutex_destroy(&list[i]->mu);
-			free(list[i]);
-		}
+		if (gone)
+			pool_free(list[i]);
 	}
 }
 
@@ -293,9 +365,14 @@ void pools_free(void)
 			continue;
 		}
 		P.pools[i] = NULL;
-		pthread_mutex_destroy(&p->mu);
-		free(p);
+		pool_free(p);
 	}
+}
+
+static void close_shared(struct pool *p, void *arg)
+{
+	ts_turnstile_close(p->turns);
+	ts_turnstile_close(p->conn_turns);
 }
 
 void begin_shutdown(void)
@@ -305,6 +382,11 @@ void begin_shutdown(void)
 	fprintf(stderr, "pgproxy: shutting down: queued clients get an error, "
 			"transactions under way finish\n");
 	ts_set_close(P.set); /* queued turns end with ESHUTDOWN */
+	if (P.worker >= 0) {
+		/* every worker is shutting down: theirs too */
+		pools_each(close_shared, NULL);
+		procs_request_shutdown();
+	}
 	loop_wake_all();
 }
 

@@ -43,6 +43,7 @@ struct server *server_new(struct upool *u)
 	upool_hold(u);
 	s->up = u;
 	s->fd = -1;
+	s->conn_pass = (ts_pass)TS_PASS_NONE;
 	s->created_ns = ts_now_ns();
 	return s;
 }
@@ -62,7 +63,10 @@ void server_destroy(struct server *s)
 	if (s->fd >= 0) {
 		if (s->state == S_READY) /* tell the server: no "unexpected EOF" in its log */
 			(void)send(s->fd, "X\0\0\0\4", 5, MSG_NOSIGNAL | MSG_DONTWAIT);
-		close(s->fd);
+		if (ts_pass_issued(&s->conn_pass)) /* --processes */
+			procs_linger(s->fd, &s->conn_pass);
+		else
+			close(s->fd);
 	}
 	struct upool *u = s->up;
 	for (unsigned i = 0; i < s->rq_len; i++)
@@ -72,6 +76,7 @@ void server_destroy(struct server *s)
 	buf_free(&s->out);
 	buf_free(&s->params);
 	srv_stmts_free(s->stmts);
+	ts_pass_return(&s->conn_pass); /* --processes: to whoever waits, in any worker */
 	free(s);
 	pool_release_conn(u->pool);
 	ts_waitlist_discard(u->conns);

@@ -2145,6 +2145,7 @@ static void setup(void)
 	P.cfg.pool_size = 2;
 	P.cfg.default_band = 1;
 	P.cfg.threads = 1;
+	P.worker = -1; /* one process */
 	P.max_band = 1;
 	pthread_mutex_init(&P.pools_mu, NULL);
 	P.set = ts_set_new();
