@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: MIT
 # pgproxy --processes against a real PostgreSQL (tests/pglib.sh): worker
 # processes on one port (SO_REUSEPORT) sharing each pool's ceiling and
-# queue through process-shared turnstiles.  Pinned down:
+# queue through process-shared turnstiles (two loop threads each).  Pinned
+# down:
 #   - server connections of all the workers together never above the pool
 #     size (sampled every 2 ms), with clients spread over both workers;
 #   - a worker killed with -9 mid-flood loses only its own clients: the
@@ -27,7 +28,7 @@ via_bg() { exec psql -X -h 127.0.0.1 -p "$port" "$@"; } # $! is psql itself
 
 start_cluster
 create_sampler
-start_proxy --pool-size 3 --processes 2 --wait-timeout 30s
+start_proxy --pool-size 3 --processes 2 --threads 2 --wait-timeout 30s
 [ "$(live_workers)" -eq 2 ] || fail "SHOW PROCESSES: $(processes)"
 ok "2 workers: $(processes | tr '\n' ' ')"
 

@@ -67,7 +67,8 @@ static void pool_row(struct pool *p, void *arg)
 		return;
 	char v[MAX_COLS][64];
 	int nfixed = 6;
-	int64_t avail = 0, waiting = 0, size = atomic_load(&p->size);
+	int64_t avail = 0, waiting = 0;
+	int64_t size = P.worker >= 0 ? procs_pool_size(p->id) : atomic_load(&p->size); /* RESIZEd anywhere */
 	size_t idle = 0;
 	ts_turnstile_snapshot(p->turns, &avail, &waiting);
 	pthread_mutex_lock(&p->mu);

@@ -311,6 +311,11 @@ static void acquire_failed(struct client *c, int err)
 			 "pgproxy: no server connection for database \"%s\" within --wait-timeout "
 			 "(%.0f ms in the queue, band %d)",
 			 c->db, (double)(ts_now_ns() - c->acq_start) / 1e6, c->band);
+	} else if (err == EAGAIN) { /* --processes: the shared queue is full */
+		code = "53300";
+		snprintf(text, sizeof(text),
+			 "pgproxy: too many clients queued for database \"%s\" (%d in all workers)", c->db,
+			 PROCS_MAX_QUEUED);
 	} else {
 		snprintf(text, sizeof(text), "pgproxy: no server connection: %s", ts_strerror(err));
 	}
@@ -482,7 +487,7 @@ static void conn_reserve_shared(struct client *c)
 		connect_new(c);
 		return;
 	}
-	if (atomic_load(&pool->conns) > 0 && ts_now_ns() - c->acq_start < CONN_PATIENCE_NS) {
+	if (atomic_load(&pool->conns) > 0 && ts_now_ns() - c->conn_since < CONN_PATIENCE_NS) {
 		ts_waitlist_discard(c->up->conns);
 		c->retry = true;
 		return;
@@ -491,7 +496,6 @@ static void conn_reserve_shared(struct client *c)
 					&c->node, on_conn, c, &c->conn_pass);
 	if (r == EINPROGRESS) {
 		c->conn_queued = true;
-		procs_conn_ask(pool->id);
 	} else if (r == 0) {
 		atomic_fetch_add(&pool->conns, 1);
 		connect_new(c);
@@ -535,6 +539,8 @@ static void on_take(ts_async *node, int result, void *arg)
 
 static void got_turn(struct client *c)
 {
+	if (!c->retry) /* the turn is new: how long it has waited for a connection */
+		c->conn_since = ts_now_ns();
 	c->retry = false;
 	for (;;) {
 		void *item = NULL;

@@ -445,6 +445,8 @@ static void *loop_run(void *arg)
 			conn_free(z);
 		}
 	}
+	if (sharer)
+		procs_loops_gone();
 	return NULL;
 }
 
@@ -651,8 +653,6 @@ int main(int argc, char **argv)
 		close(P.listen_fd[i]);
 	if (P.unix_path[0])
 		unlink(P.unix_path);
-	if (P.worker >= 0)
-		procs_loops_gone();
 	pools_free();
 	if (P.worker >= 0)
 		procs_detach();

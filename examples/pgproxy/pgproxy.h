@@ -41,6 +41,7 @@
 #define MAX_BANDS 16     /* bands 0..15 */
 #define MAX_POOLS 256    /* databases with clients or connections at once */
 #define MAX_PROCESSES 64 /* --processes; cancel keys carry the worker in their low 6 bits */
+#define PROCS_MAX_QUEUED 16384 /* --processes: clients queued per database, all workers */
 #define NAME_LEN 64      /* PostgreSQL's NAMEDATALEN */
 
 /* Bounds per connection, stated in README.md.  A side is read while less
@@ -401,6 +402,7 @@ struct server {
 	struct srv_stmts *stmts; /* prepared under proxy names */
 	int64_t created_ns, idle_since_ns, deadline_ns;
 	ts_pass conn_pass;       /* --processes: its place under the pool's ceiling */
+	int close_for;           /* --processes: closed for this slot's demand (-1: no) */
 	bool dirty;              /* DISCARD or an unknown state: not reused */
 	bool stmts_unknown;      /* after a skipped prepare: close before preparing */
 	bool copy_in_ext;        /* in an Execute's COPY FROM STDIN: Syncs are ignored */
@@ -464,6 +466,7 @@ struct client {
 	ts_pass pass;
 	ts_pass conn_pass;   /* --processes: granted, not yet given to a server */
 	int64_t acq_start, deadline, login_deadline;
+	int64_t conn_since;  /* --processes: when its turn began waiting for a connection */
 	struct buf in, out;
 	struct relay rl;     /* the client message being forwarded or dropped */
 	size_t in_need;      /* a message to be read whole: its size (0 none) */
@@ -513,15 +516,16 @@ ts_turnstile *procs_conns(int slot);          /* attached at first use */
 int procs_pool_claim(const char *db, int *err); /* the slot naming @db (-1: err) */
 void procs_pool_release(int slot);            /* this worker's pool is gone */
 void procs_pool_logged_in(int slot);
-void procs_conn_ask(int slot);      /* a conns waiter wants a close */
-bool procs_conn_take_ask(int slot); /* true: close an idle connection for it */
-void procs_conn_unask(int slot);    /* a taken ask with nothing to close */
+/* true: close an idle connection of slot @slot for another's conns waiter
+ * (then server->close_for = @slot, or procs_close_done if none is idle). */
+bool procs_claim_close(int slot, ts_turnstile *conns);
+void procs_close_done(int slot);
 int64_t procs_pool_size(int slot);
-int procs_pool_resize(int slot, int64_t size); /* every worker's ceiling */
+int procs_pool_resize(const char *db, int64_t size); /* every worker's; ENOENT */
 void procs_request_shutdown(void);            /* the master shuts every worker down */
 /* A closed server connection's fd and conns pass: the pass goes back when
  * the server hangs up (loop 0 watches). */
-void procs_linger(int fd, ts_pass *pass);
+void procs_linger(int fd, ts_pass *pass, int close_for);
 void procs_closer_event(struct watch *w);
 void procs_closer_free(struct watch *w);
 void procs_tick(void);                         /* loop 0, every SHARE_NS */

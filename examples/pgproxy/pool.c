@@ -61,10 +61,18 @@ static struct pool *pool_new(int id, const char *db, int *err)
 	return p;
 }
 
+/* Under pools_mu: slot @id is this process's no more (with --processes,
+ * the slot may name another database from the moment it is released, so
+ * that happens with the local slot freed, under the same lock). */
+static void pool_unlist(int id)
+{
+	P.pools[id] = NULL;
+	if (P.worker >= 0)
+		procs_pool_release(id);
+}
+
 static void pool_free(struct pool *p)
 {
-	if (P.worker >= 0)
-		procs_pool_release(p->id);
 	pthread_mutex_destroy(&p->mu);
 	free(p);
 }
@@ -117,10 +125,12 @@ struct upool *upool_get(const char *db, const char *user, int *err)
 	if (u)
 		u->refs++;
 	pthread_mutex_unlock(&p->mu);
-	if (made && u)
+	if (made && u) {
 		P.pools[p->id] = p;
-	else if (made)
+	} else if (made) {
+		pool_unlist(p->id);
 		pool_free(p);
+	}
 	pthread_mutex_unlock(&P.pools_mu);
 	if (!u)
 		*err = ENOMEM;
@@ -144,7 +154,7 @@ void upool_put(struct upool *u)
 	bool pool_gone = gone && p->refs == 0 && !atomic_load(&p->logged_in);
 	pthread_mutex_unlock(&p->mu);
 	if (pool_gone)
-		P.pools[p->id] = NULL;
+		pool_unlist(p->id);
 	pthread_mutex_unlock(&P.pools_mu);
 	if (gone) {
 		ts_waitlist_free(u->conns);
@@ -201,14 +211,6 @@ void pool_mark_logged_in(struct pool *p)
 		procs_pool_logged_in(p->id);
 }
 
-/* --processes: connections above a ceiling RESIZE lowered in another
- * worker. */
-static int64_t conns_over(const struct pool *p)
-{
-	int64_t avail;
-	ts_turnstile_snapshot(p->conn_turns, &avail, NULL);
-	return avail < 0 ? -avail : 0;
-}
 
 void pools_share(void)
 {
@@ -221,16 +223,13 @@ void pools_share(void)
 		if (!p)
 			continue;
 		atomic_store(&p->size, procs_pool_size(p->id));
-		for (int64_t over = conns_over(p); n < BATCH; over--) {
-			bool ask = over <= 0 && procs_conn_take_ask(p->id);
-			if (over <= 0 && !ask)
-				break;
+		while (n < BATCH && procs_claim_close(p->id, p->conn_turns)) {
 			struct server *s = take_idle_other(p, NULL);
-			if (!s) {
-				if (ask) /* for a worker that has one */
-					procs_conn_unask(p->id);
+			if (!s) { /* for a worker that has one */
+				procs_close_done(p->id);
 				break;
 			}
+			s->close_for = p->id;
 			doomed[n++] = s;
 		}
 	}
@@ -245,8 +244,10 @@ void pool_put_server(struct server *s)
 	int64_t now = ts_now_ns();
 	bool old = P.cfg.lifetime_ns && now - s->created_ns >= P.cfg.lifetime_ns;
 	s->idle_since_ns = now;
-	if (s->dirty || old || atomic_load(&p->conns) > atomic_load(&p->size) ||
-	    (p->conn_turns && procs_conn_take_ask(p->id)) || buf_len(&s->in) ||
+	if (p->conn_turns && procs_claim_close(p->id, p->conn_turns))
+		s->close_for = p->id; /* another worker's waiter wants it more */
+	if (s->close_for >= 0 || s->dirty || old || atomic_load(&p->conns) > atomic_load(&p->size) ||
+	    buf_len(&s->in) ||
 	    buf_len(&s->out) || s->rl.left || s->rq_len || !ts_waitlist_put(s->up->conns, s))
 		server_destroy(s);
 }
@@ -303,9 +304,12 @@ int pool_resize(const char *db, int64_t size)
 	for (int i = 0; i < MAX_POOLS && !p; i++)
 		if (P.pools[i] && !strcmp(P.pools[i]->db, db))
 			p = P.pools[i];
-	int err = !p ? ENOENT : P.worker >= 0 ? procs_pool_resize(p->id, size)
-					      : ts_set_resize(P.set, p->id, size);
-	if (!err)
+	/* --processes: the database may have no pool in this worker, but in
+	 * another (the admin console's connection landed here by chance) */
+	int err = P.worker >= 0 ? procs_pool_resize(db, size)
+		  : !p		? ENOENT
+				: ts_set_resize(P.set, p->id, size);
+	if (!err && p)
 		atomic_store(&p->size, size);
 	pthread_mutex_unlock(&P.pools_mu);
 	/* Idle connections above the new size go now (pools_reap trims on
@@ -340,7 +344,7 @@ void pools_trim_all(void)
 		bool gone = --list[i]->refs == 0 && !atomic_load(&list[i]->logged_in);
 		pthread_mutex_unlock(&list[i]->mu);
 		if (gone)
-			P.pools[list[i]->id] = NULL;
+			pool_unlist(list[i]->id);
 		pthread_mutex_unlock(&P.pools_mu);
 		if (gone)
 			pool_free(list[i]);
@@ -364,7 +368,7 @@ void pools_free(void)
 			fprintf(stderr, "pgproxy: pool %s still has users at exit\n", p->db);
 			continue;
 		}
-		P.pools[i] = NULL;
+		pool_unlist(i);
 		pool_free(p);
 	}
 }

@@ -23,14 +23,16 @@
  * client of any worker.  A worker that holds a turn but has no idle
  * connection for it takes a conns pass and connects; at the ceiling it
  * first waits for one of its own to come back (CONN_PATIENCE_NS), and only
- * then queues on conns, ordered as its transaction's claim, and asks: the
- * first worker with an idle connection takes the ask and closes it (loop
- * 0, every SHARE_NS, and whenever one goes idle) — one close per ask, as a
- * close's pass reaches the waiter only once the server has hung up.  Such
- * a waiter always finds one: turns and conns have one ceiling, so while it
+ * then queues on conns, ordered as its transaction's claim.  The demand
+ * for closes is the conns queue (and connections above a ceiling RESIZE
+ * lowered) less the closes already in flight for it, every worker's own
+ * count (a close's pass reaches the queue only once the server has hung
+ * up); a worker with an idle connection claims a unit of demand and closes
+ * it (loop 0, every SHARE_NS, and whenever one goes idle).  Two workers
+ * claiming the last unit at once close one too many, no more.  Such a
+ * waiter always finds one: turns and conns have one ceiling, so while it
  * holds a turn and no connection, some connection is idle or on its way
- * back.  (An ask whose waiter got its pass otherwise, gave up or died
- * costs one needless close, no more.)
+ * back, and the demand stays above zero until a close is in flight.
  *
  * A conns pass goes back only once the server has hung up (EOF on the
  * closed connection, which PostgreSQL sends after the backend has left
@@ -66,7 +68,6 @@ struct slot {
 	_Atomic bool logged_in; /* a login succeeded: the slot stays named */
 	_Atomic uint64_t users; /* bit w: worker w has a pool for it */
 	_Atomic int64_t size;   /* the ceiling RESIZE last set */
-	_Atomic int64_t asks;   /* conns waiters not yet given a close */
 };
 
 struct worker_entry {
@@ -75,6 +76,7 @@ struct worker_entry {
 	_Atomic uint32_t starts;
 	_Atomic bool ready;     /* listening */
 	_Atomic int64_t clients; /* connected now */
+	_Atomic int32_t closing[MAX_POOLS]; /* closes made for demand, in flight */
 };
 
 /* Shared anonymous memory, made before the first fork. */
@@ -87,7 +89,8 @@ struct table {
 
 static struct table *T;
 static char dir[64];
-static int peer_fd = -1; /* this worker's cancel datagrams */
+static int peer_fds[MAX_PROCESSES]; /* each worker's cancel datagrams, bound by the master */
+static int peer_fd = -1;             /* this worker's */
 /* This process's handles, attached at first use: [0] turns, [1] conns. */
 static ts_turnstile *handles[MAX_POOLS][2];
 static pthread_mutex_t handles_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -158,7 +161,6 @@ int procs_pool_claim(const char *db, int *err)
 			snprintf(s->db, sizeof(s->db), "%s", db);
 			atomic_store(&s->size, P.cfg.pool_size);
 			atomic_store(&s->logged_in, false);
-			atomic_store(&s->asks, 0);
 			atomic_store(&s->named, true);
 			found = free_slot;
 		}
@@ -189,35 +191,50 @@ void procs_pool_release(int slot)
 	table_unlock();
 }
 
-void procs_conn_ask(int slot) { atomic_fetch_add(&T->slot[slot].asks, 1); }
-
-bool procs_conn_take_ask(int slot)
+/* Closes wanted for slot @slot's conns queue, not yet in flight. */
+static int64_t demand(int slot, ts_turnstile *conns)
 {
-	_Atomic int64_t *a = &T->slot[slot].asks;
-	int64_t n = atomic_load(a);
-	while (n > 0)
-		if (atomic_compare_exchange_weak(a, &n, n - 1))
-			return true;
-	return false;
+	int64_t avail, waiting;
+	ts_turnstile_snapshot(conns, &avail, &waiting);
+	int64_t d = waiting + (avail < 0 ? -avail : 0);
+	for (int w = 0; w < P.cfg.processes; w++)
+		d -= atomic_load(&T->w[w].closing[slot]);
+	return d;
 }
 
-void procs_conn_unask(int slot) { atomic_fetch_add(&T->slot[slot].asks, 1); }
+bool procs_claim_close(int slot, ts_turnstile *conns)
+{
+	if (demand(slot, conns) <= 0)
+		return false;
+	atomic_fetch_add(&T->w[P.worker].closing[slot], 1);
+	return true;
+}
+
+void procs_close_done(int slot) { atomic_fetch_sub(&T->w[P.worker].closing[slot], 1); }
 
 void procs_pool_logged_in(int slot) { atomic_store(&T->slot[slot].logged_in, true); }
 
 int64_t procs_pool_size(int slot) { return atomic_load(&T->slot[slot].size); }
 
-int procs_pool_resize(int slot, int64_t size)
+/* A worker killed between the two resizes leaves the ceilings apart until
+ * the next RESIZE (said in the README). */
+int procs_pool_resize(const char *db, int64_t size)
 {
+	int err = ENOENT;
 	table_lock();
-	int err = resize_both(slot, size);
-	if (!err)
-		atomic_store(&T->slot[slot].size, size);
+	for (int i = 0; i < MAX_POOLS && err == ENOENT; i++)
+		if (atomic_load(&T->slot[i].named) && !strcmp(T->slot[i].db, db) &&
+		    atomic_load(&T->slot[i].logged_in) && !(err = resize_both(i, size)))
+			atomic_store(&T->slot[i].size, size);
 	table_unlock();
 	return err;
 }
 
-void procs_request_shutdown(void) { kill(T->master, SIGTERM); }
+void procs_request_shutdown(void)
+{
+	if (getppid() == T->master) /* gone, its pid may be another's */
+		kill(T->master, SIGTERM);
+}
 
 void procs_ready(void) { atomic_store(&T->w[P.worker].ready, true); }
 
@@ -253,22 +270,26 @@ static bool any_ready(void)
 struct closer {
 	struct watch w;
 	ts_pass pass;
+	int close_for; /* the slot whose demand it was made for, or -1 */
 	int64_t deadline;
 	struct closer *next;
 };
 
 static pthread_mutex_t linger_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct closer *lingering;
-static bool loops_gone; /* at exit: nobody would watch */
+static bool loops_gone; /* loop 0 has left: nobody would watch */
+static void lingering_drop(void);
 
-void procs_loops_gone(void)
+/* The pass back, then the demand it met no longer in flight (in that
+ * order: the queue shrinks before the count does, so nobody closes twice). */
+static void pass_back(ts_pass *pass, int close_for)
 {
-	pthread_mutex_lock(&linger_mu);
-	loops_gone = true;
-	pthread_mutex_unlock(&linger_mu);
+	ts_pass_return(pass);
+	if (close_for >= 0)
+		procs_close_done(close_for);
 }
 
-void procs_linger(int fd, ts_pass *pass)
+void procs_linger(int fd, ts_pass *pass, int close_for)
 {
 	struct closer *k = calloc(1, sizeof(*k));
 	pthread_mutex_lock(&linger_mu);
@@ -276,12 +297,13 @@ void procs_linger(int fd, ts_pass *pass)
 		pthread_mutex_unlock(&linger_mu);
 		free(k);
 		close(fd);
-		ts_pass_return(pass);
+		pass_back(pass, close_for);
 		return;
 	}
 	shutdown(fd, SHUT_WR);
 	k->w = (struct watch){ .kind = K_CLOSER, .fd = fd, .loop = &P.loops[0] };
 	k->pass = *pass;
+	k->close_for = close_for;
 	*pass = (ts_pass)TS_PASS_NONE;
 	k->deadline = ts_now_ns() + LINGER_NS;
 	k->next = lingering;
@@ -298,7 +320,7 @@ static void closer_done(struct closer *k)
 			*q = k->next;
 			break;
 		}
-	ts_pass_return(&k->pass);
+	pass_back(&k->pass, k->close_for);
 	watch_close(&k->w);
 }
 
@@ -341,7 +363,7 @@ static void lingering_drop(void)
 	while (lingering) {
 		struct closer *k = lingering;
 		lingering = k->next;
-		ts_pass_return(&k->pass);
+		pass_back(&k->pass, k->close_for);
 		close(k->w.fd);
 		free(k);
 	}
@@ -349,6 +371,16 @@ static void lingering_drop(void)
 }
 
 void procs_tick(void) { lingering_expire(); }
+
+/* Loop 0 has left its loop (the others may still run): closes linger no
+ * more, and those lingering are counted gone now. */
+void procs_loops_gone(void)
+{
+	pthread_mutex_lock(&linger_mu);
+	loops_gone = true;
+	pthread_mutex_unlock(&linger_mu);
+	lingering_drop();
+}
 
 /* ---------------------------------------------------------------- cancels */
 
@@ -375,15 +407,51 @@ bool procs_cancel_elsewhere(int32_t pid, const unsigned char msg[16])
 	return true;
 }
 
+/* Datagrams from our own user only (any local user could send one; the
+ * kernel vouches for the sender's uid), 64 at most per event so that a
+ * flood cannot hold loop 0. */
 void procs_peer_event(struct loop *l)
 {
-	unsigned char msg[17];
-	ssize_t n;
-	while ((n = recv(peer_fd, msg, sizeof(msg), MSG_DONTWAIT)) >= 0) {
+	for (int i = 0; i < 64; i++) {
+		unsigned char msg[17];
+		union {
+			struct cmsghdr h;
+			char buf[CMSG_SPACE(sizeof(struct ucred))];
+		} ctl;
+		struct iovec iov = { msg, sizeof(msg) };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = &ctl,
+				     .msg_controllen = sizeof(ctl) };
+		ssize_t n = recvmsg(peer_fd, &mh, MSG_DONTWAIT);
+		if (n < 0)
+			return;
+		struct cmsghdr *h = CMSG_FIRSTHDR(&mh);
+		struct ucred cred;
+		if (n != 16 || !h || h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_CREDENTIALS)
+			continue;
+		memcpy(&cred, CMSG_DATA(h), sizeof(cred));
 		int32_t srv_pid, srv_key;
-		if (n == 16 && cancel_lookup((int32_t)get32(msg + 8), (int32_t)get32(msg + 12), &srv_pid,
-					     &srv_key))
+		if (cred.uid == geteuid() &&
+		    cancel_lookup((int32_t)get32(msg + 8), (int32_t)get32(msg + 12), &srv_pid, &srv_key))
 			cancel_forward(l, srv_pid, srv_key);
+	}
+}
+
+/* Before the first fork: each worker's socket, bound for good (a new
+ * worker takes its dead predecessor's; nobody else can take the name). */
+static void bind_peers(void)
+{
+	int one = 1;
+	for (int w = 0; w < P.cfg.processes; w++) {
+		struct sockaddr_un un;
+		socklen_t len;
+		peer_addr(&un, &len, w);
+		peer_fds[w] = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (peer_fds[w] < 0 || setsockopt(peer_fds[w], SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) ||
+		    bind(peer_fds[w], (struct sockaddr *)&un, len) != 0) {
+			fprintf(stderr, "pgproxy: --processes: the workers' cancel sockets: %s\n",
+				strerror(errno));
+			exit(1);
+		}
 	}
 }
 
@@ -395,8 +463,10 @@ static int make_files(void)
 	snprintf(dir, sizeof(dir), "%s/pgproxy.XXXXXX", base);
 	if (!mkdtemp(dir))
 		return errno;
-	/* up to 4 processes per worker at once: the dead ones until recovered */
-	ts_shared_limits lim = { 0, (uint32_t)(4 * P.cfg.processes + 8), 0 };
+	/* clients queued per database, all workers together (2 MiB of file
+	 * each, touched as used); up to 4 processes per worker at once: the
+	 * dead ones until recovered */
+	ts_shared_limits lim = { PROCS_MAX_QUEUED, (uint32_t)(4 * P.cfg.processes + 8), 0 };
 	for (int i = 0; i < MAX_POOLS; i++)
 		for (int which = 0; which < 2; which++) {
 			char path[128];
@@ -435,8 +505,9 @@ static void recover_all(int dead)
 				back += n;
 		}
 	}
-	table_lock(); /* the dead worker's pools are its no more */
+	table_lock(); /* the dead worker's pools and closes are its no more */
 	for (int i = 0; i < MAX_POOLS; i++) {
+		atomic_store(&T->w[dead].closing[i], 0);
 		atomic_fetch_and(&T->slot[i].users, ~((uint64_t)1 << dead));
 		slot_maybe_free(&T->slot[i]);
 	}
@@ -474,6 +545,8 @@ static bool start_worker(int w, const sigset_t *oldmask)
 	return false;
 }
 
+static bool worker_failed; /* one died of a signal or failed while stopping */
+
 static void reap(bool stopping)
 {
 	int status;
@@ -486,14 +559,20 @@ static void reap(bool stopping)
 			continue;
 		atomic_store(&T->w[w].pid, 0);
 		recover_all(w);
-		if (stopping)
+		bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+		if (stopping && clean)
 			continue;
+		const char *then = stopping ? "" : ": starting another";
 		if (WIFSIGNALED(status))
-			fprintf(stderr, "pgproxy: worker %d (pid %d) killed by signal %d: starting another\n",
-				w, (int)pid, WTERMSIG(status));
+			fprintf(stderr, "pgproxy: worker %d (pid %d) killed by signal %d%s\n", w, (int)pid,
+				WTERMSIG(status), then);
 		else
-			fprintf(stderr, "pgproxy: worker %d (pid %d) exited with %d: starting another\n", w,
-				(int)pid, WEXITSTATUS(status));
+			fprintf(stderr, "pgproxy: worker %d (pid %d) exited with %d%s\n", w, (int)pid,
+				WEXITSTATUS(status), then);
+		if (stopping) {
+			worker_failed = true;
+			continue;
+		}
 		bool brief = ts_now_ns() - T->w[w].started_ns < (int64_t)1000000000;
 		T->w[w].restart_at = ts_now_ns() + (brief ? (int64_t)1000000000 : 0);
 	}
@@ -593,6 +672,7 @@ bool procs_start(const char *listening)
 		perror("pgproxy: signalfd");
 		exit(1);
 	}
+	bind_peers();
 	for (int w = 0; w < P.cfg.processes; w++)
 		if (start_worker(w, &old))
 			goto worker;
@@ -600,17 +680,15 @@ bool procs_start(const char *listening)
 		goto worker;
 	close(sigfd);
 	remove_files();
+	if (worker_failed)
+		exit(1);
 	return false;
 worker:
 	close(sigfd);
-	peer_fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	struct sockaddr_un un;
-	socklen_t len;
-	peer_addr(&un, &len, P.worker);
-	if (peer_fd < 0 || bind(peer_fd, (struct sockaddr *)&un, len) != 0) {
-		fprintf(stderr, "pgproxy: worker %d: cancel socket: %s\n", P.worker, strerror(errno));
-		exit(1);
-	}
+	for (int w = 0; w < P.cfg.processes; w++)
+		if (w != P.worker)
+			close(peer_fds[w]);
+	peer_fd = peer_fds[P.worker];
 	return true;
 }
 
