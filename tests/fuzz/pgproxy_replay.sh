@@ -25,8 +25,7 @@ if [ ! -x "$bin" ]; then
 		# shellcheck disable=SC2046
 		${CC:-cc} -std=c11 -O1 -g -D_GNU_SOURCE -DTS_BUILDING_LIBRARY "$@" -I"$tmp/include" \
 			-I"$src/include" -I"$src/lib" -I"$pg" $(pkg-config --cflags liburcu-bp liburcu-cds) \
-			"$src/tests/fuzz/pgproxy_fuzz.c" "$pg/stream.c" "$pg/pkt.c" "$pg/pool.c" "$pg/params.c" \
-			"$pg/prepare.c" "$pg/client.c" "$pg/server.c" "$pg/cancel.c" "$pg/watch.c" "$pg/admin.c" "$src"/lib/*.c \
+			"$src/tests/fuzz/pgproxy_fuzz.c" $(ls "$pg"/*.c | grep -v '/main\.c$') "$src"/lib/*.c \
 			$(pkg-config --libs liburcu-bp liburcu-cds) -pthread -o "$tmp/pgproxy_fuzz"
 	}
 	build -fsanitize=address,undefined -fno-sanitize-recover=all 2>/dev/null || build

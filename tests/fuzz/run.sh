@@ -37,8 +37,7 @@ find "$src/tests/fuzz/pgproxy-corpus" -maxdepth 1 -type f -exec cp {} "$out/pgpr
 clang -std=c11 -O1 -g -D_GNU_SOURCE -DTS_BUILDING_LIBRARY -DTS_LIBFUZZER \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	-I"$out/include" -I"$src/include" -I"$src/lib" -I"$pg" $(pkg-config --cflags liburcu-bp liburcu-cds) \
-	"$src"/tests/fuzz/pgproxy_fuzz.c "$pg"/stream.c "$pg"/pkt.c "$pg"/pool.c "$pg"/params.c \
-	"$pg"/prepare.c "$pg"/client.c "$pg"/server.c "$pg"/cancel.c "$pg"/watch.c "$pg"/admin.c "$src"/lib/*.c \
+	"$src"/tests/fuzz/pgproxy_fuzz.c $(ls "$pg"/*.c | grep -v '/main\.c$') "$src"/lib/*.c \
 	$(pkg-config --libs liburcu-bp liburcu-cds) -pthread -o "$out/pgproxy_fuzz"
 # Both modes, FUZZ_SECONDS shared between them: the hostile server, and
 # the well-behaved one whose split-invariance check found the class of
