@@ -81,3 +81,20 @@ med() { # scenario config metric -> "median (min-max)" or "median"
 			if (NR == 1) print mid; else printf "%s (%s-%s)\n", mid, a[1], a[NR] }'
 }
 val() { med "$@" | awk '{ print $1 }'; }
+
+# record_flood scenario config repeat dir: from a flood's pgbench logs
+# (ilog.* interactive, blog.* batch) the interactive latencies in
+# $work/lat.SCENARIO.CONFIG.REPEAT and, over the interactive run's window
+# (completion times), both throughputs and interactive p50/p99
+record_flood() {
+	local sc=$1 k=$2 rep=$3 dir=$4 t0 t1 n_inter n_batch
+	cat "$dir"/ilog.* | awk '{ print $3 / 1000 }' | sort -g >"$work/lat.$sc.$k.$rep"
+	read -r t0 t1 < <(cat "$dir"/ilog.* | awk 'NR == 1 { lo = hi = $5 + $6 / 1e6 }
+		{ t = $5 + $6 / 1e6; if (t < lo) lo = t; if (t > hi) hi = t } END { printf "%.6f %.6f\n", lo, hi }')
+	n_inter=$(wc -l <"$work/lat.$sc.$k.$rep")
+	n_batch=$(cat "$dir"/blog.* | awk -v lo="$t0" -v hi="$t1" '{ t = $5 + $6 / 1e6 } t >= lo && t <= hi { n++ } END { print n + 0 }')
+	record "$sc" "$k" "interactive tps" "$(echo "$n_inter $t0 $t1" | awk '{ printf "%.1f", $1 / ($3 - $2) }')"
+	record "$sc" "$k" "batch tps" "$(echo "$n_batch $t0 $t1" | awk '{ printf "%.1f", $1 / ($3 - $2) }')"
+	record "$sc" "$k" "interactive p50 ms" "$(awk '{ a[NR] = $1 } END { printf "%.3f", a[int(NR * 0.50 + 0.5)] }' "$work/lat.$sc.$k.$rep")"
+	record "$sc" "$k" "interactive p99 ms" "$(awk '{ a[NR] = $1 } END { printf "%.3f", a[int(NR * 0.99 + 0.5)] }' "$work/lat.$sc.$k.$rep")"
+}

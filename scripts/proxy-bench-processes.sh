@@ -41,27 +41,11 @@ out=$(cd "$out" && pwd)
 
 . scripts/proxy-bench-lib.sh
 
-# The most server connections at once, sampled every 2 ms until a row
-# appears in sample_stop (a plpgsql loop: no gap between samples).
-psql -X -q -h "$work" postgres <<'EOF'
-create table sample_stop ();
-create function max_server_conns() returns int language plpgsql as $$
-declare m int := 0; n int;
-begin
-	loop
-		perform pg_stat_clear_snapshot();
-		select count(*) into n from pg_stat_activity
-			where backend_type = 'client backend' and usename = current_setting('bench.user');
-		m := greatest(m, n);
-		exit when exists (select from sample_stop);
-		perform pg_sleep(0.002);
-	end loop;
-	return m;
-end $$;
-EOF
+# the most server connections at once, one configuration's (its user)
+psql -X -q -h "$work" -f tests/max_server_conns.sql postgres
 sample_start() {
 	psql -X -q -h "$work" -c 'delete from sample_stop' postgres
-	PGOPTIONS="-c bench.user=$1" psql -X -Atc 'select max_server_conns()' -h "$work" postgres >"$work/max" &
+	psql -X -Atc "select max_server_conns('$1')" -h "$work" postgres >"$work/max" &
 	sampler=$!
 }
 sample_max() { # sets max (not in a $(...): the sampler is this shell's child)
@@ -151,16 +135,7 @@ flood() { # scenario config repeat: with scenario "kill", a worker of (p) dies h
 		cat "$dir/inter.out" "$dir/batch.out" >&2
 		exit 1
 	fi
-	cat "$dir"/ilog.* | awk '{ print $3 / 1000 }' | sort -g >"$work/lat.$sc.$k.$rep"
-	read -r t0 t1 < <(cat "$dir"/ilog.* | awk 'NR == 1 { lo = hi = $5 + $6 / 1e6 }
-		{ t = $5 + $6 / 1e6; if (t < lo) lo = t; if (t > hi) hi = t } END { printf "%.6f %.6f\n", lo, hi }')
-	local n_inter n_batch
-	n_inter=$(wc -l <"$work/lat.$sc.$k.$rep")
-	n_batch=$(cat "$dir"/blog.* | awk -v lo="$t0" -v hi="$t1" '{ t = $5 + $6 / 1e6 } t >= lo && t <= hi { n++ } END { print n + 0 }')
-	record "$sc" "$k" "interactive tps" "$(echo "$n_inter $t0 $t1" | awk '{ printf "%.1f", $1 / ($3 - $2) }')"
-	record "$sc" "$k" "batch tps" "$(echo "$n_batch $t0 $t1" | awk '{ printf "%.1f", $1 / ($3 - $2) }')"
-	record "$sc" "$k" "interactive p50 ms" "$(awk '{ a[NR] = $1 } END { printf "%.3f", a[int(NR * 0.50 + 0.5)] }' "$work/lat.$sc.$k.$rep")"
-	record "$sc" "$k" "interactive p99 ms" "$(awk '{ a[NR] = $1 } END { printf "%.3f", a[int(NR * 0.99 + 0.5)] }' "$work/lat.$sc.$k.$rep")"
+	record_flood "$sc" "$k" "$rep" "$dir"
 	record "$sc" "$k" "max server conns" "$max"
 	echo "proxy-bench: $sc $k repeat $rep: $(grep -P "^$sc\t$k\t" "$results" | tail -n 5 | cut -f3,4 | tr '\t\n' '= ')"
 }

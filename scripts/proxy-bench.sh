@@ -144,17 +144,7 @@ flood() { # scenario config repeat [interactive pgbench args...]
 	c1=$(cpu_ticks "${pid[$k]}")
 	failed_ok "$dir/inter.out"
 	failed_ok "$dir/batch.out"
-	cat "$dir"/ilog.* | awk '{ print $3 / 1000 }' | sort -g >"$work/lat.$sc.$k.$rep"
-	# the interactive run's window (completion times), and batch within it
-	read -r t0 t1 < <(cat "$dir"/ilog.* | awk 'NR == 1 { lo = hi = $5 + $6 / 1e6 }
-		{ t = $5 + $6 / 1e6; if (t < lo) lo = t; if (t > hi) hi = t } END { printf "%.6f %.6f\n", lo, hi }')
-	local n_inter n_batch
-	n_inter=$(wc -l <"$work/lat.$sc.$k.$rep")
-	n_batch=$(cat "$dir"/blog.* | awk -v lo="$t0" -v hi="$t1" '{ t = $5 + $6 / 1e6 } t >= lo && t <= hi { n++ } END { print n + 0 }')
-	record "$sc" "$k" "interactive tps" "$(echo "$n_inter $t0 $t1" | awk '{ printf "%.1f", $1 / ($3 - $2) }')"
-	record "$sc" "$k" "batch tps" "$(echo "$n_batch $t0 $t1" | awk '{ printf "%.1f", $1 / ($3 - $2) }')"
-	record "$sc" "$k" "interactive p50 ms" "$(awk '{ a[NR] = $1 } END { printf "%.3f", a[int(NR * 0.50 + 0.5)] }' "$work/lat.$sc.$k.$rep")"
-	record "$sc" "$k" "interactive p99 ms" "$(awk '{ a[NR] = $1 } END { printf "%.3f", a[int(NR * 0.99 + 0.5)] }' "$work/lat.$sc.$k.$rep")"
+	record_flood "$sc" "$k" "$rep" "$dir"
 	record "$sc" "$k" "proxy CPU s" "$(echo "$c0 $c1" | awk -v t="$tck" '{ printf "%.2f", ($2 - $1) / t }')"
 	echo "proxy-bench: $sc $k repeat $rep: $(tail -n 5 "$results" | cut -f3,4 | tr '\t\n' '= ' )"
 }

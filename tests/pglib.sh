@@ -88,29 +88,11 @@ stop_proxy() {
 }
 
 # create_sampler: sample_start, then sample_max sets max to the most server
-# connections the proxy had at once in between, sampled every 2 ms by a
-# direct session (a plpgsql loop, so no sample is missed between psql runs).
-create_sampler() {
-	direct -q postgres <<'EOF'
-create table sample_stop ();
-create function max_server_conns() returns int language plpgsql as $$
-declare m int := 0; n int;
-begin
-	loop
-		perform pg_stat_clear_snapshot();
-		select count(*) into n from pg_stat_activity
-			where backend_type = 'client backend' and application_name <> 'direct';
-		m := greatest(m, n);
-		exit when exists (select from sample_stop);
-		perform pg_sleep(0.002);
-	end loop;
-	return m;
-end $$;
-EOF
-}
+# connections the proxy had at once in between (tests/max_server_conns.sql).
+create_sampler() { direct -q -f "$(dirname "$0")/max_server_conns.sql" postgres; }
 sample_start() {
 	direct -qc 'delete from sample_stop' postgres
-	direct -Atc 'select max_server_conns()' postgres >"$data/max" &
+	direct -Atc 'select max_server_conns(null)' postgres >"$data/max" &
 	sampler=$!
 }
 sample_max() { # sets max (not in a $(...): the sampler is this shell's child)
