@@ -11,7 +11,8 @@
 struct log {
 	_Atomic int n;
 	int order[64];
-	_Atomic int go; /* the cache test's turns */
+	_Atomic int go;      /* the cache test's turns */
+	_Atomic int release; /* the order test's holders may return */
 };
 
 static int fd;
@@ -26,6 +27,9 @@ static int queued_waiter(void *arg)
 	CHECK(t);
 	CHECK_EQ(ts_turnstile_wait(t, &claims[i], ts_now_ns() + PATIENCE_NS, NULL, &p), 0);
 	lg->order[atomic_fetch_add(&lg->n, 1)] = i;
+	/* the head holds its pass until the parent's try is done: else the
+	 * whole queue may run through before the try, and find it free */
+	POLL_UNTIL(atomic_load(&lg->release));
 	ts_pass_return(&p);
 	ts_turnstile_free(t);
 	return 0;
@@ -59,6 +63,7 @@ static void granted_in_claim_order_across_processes(void)
 	/* the pass went to the head: this process's try finds none */
 	CHECK_EQ(ts_turnstile_wait(t, &(ts_claim){ -5, 0, 0 }, TS_DEADLINE_NOW, NULL, &p),
 		 ETIMEDOUT);
+	atomic_store(&lg->release, 1);
 	for (int i = 0; i < WAITERS; i++)
 		reap_ok(kids[i]);
 	CHECK_EQ(atomic_load(&lg->n), WAITERS);
