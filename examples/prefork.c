@@ -10,7 +10,7 @@
  * first.  The master reaps workers on SIGCHLD, calls ts_shared_recover so
  * a crashed worker's passes come back at once, and starts a replacement.
  *
- *   prefork [--workers N] [--seconds S] [--crash]
+ *   prefork [--workers N] [--seconds S] [--crash [--kills K]]
  *
  * --crash kills one worker with SIGKILL every second, to show that its
  * passes come back.  At the end the master closes the turnstiles (the
@@ -88,7 +88,7 @@ static pid_t start_worker(int id)
 
 int main(int argc, char **argv)
 {
-	int nworkers = 8, seconds = 3;
+	int nworkers = 8, seconds = 3, min_kills = 0;
 	bool crash = false;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--workers") && i + 1 < argc)
@@ -97,8 +97,10 @@ int main(int argc, char **argv)
 			seconds = atoi(argv[++i]);
 		else if (!strcmp(argv[i], "--crash"))
 			crash = true;
+		else if (!strcmp(argv[i], "--kills") && i + 1 < argc)
+			min_kills = atoi(argv[++i]); /* and run on until K were killed */
 		else {
-			fprintf(stderr, "usage: prefork [--workers N] [--seconds S] [--crash]\n");
+			fprintf(stderr, "usage: prefork [--workers N] [--seconds S] [--crash [--kills K]]\n");
 			return 2;
 		}
 	}
@@ -130,13 +132,13 @@ int main(int argc, char **argv)
 		pids[i] = start_worker(i);
 
 	int64_t end = ts_now_ns() + (int64_t)seconds * 1000000000, next_crash = ts_now_ns();
-	long crashes = 0;
+	long crashes = 0, reaped_kills = 0;
 	int64_t recovered = 0;
 	bool stopping = false;
 	int alive = nworkers;
 	while (alive > 0) {
 		int64_t now = ts_now_ns();
-		if (!stopping && now >= end) {
+		if (!stopping && now >= end && (!crash || reaped_kills >= min_kills)) {
 			stopping = true;
 			for (size_t d = 0; d < NDBS; d++)
 				ts_turnstile_close(dbs[d].t); /* every worker gets ESHUTDOWN */
@@ -161,9 +163,11 @@ int main(int argc, char **argv)
 			recovered += back;
 			for (int i = 0; i < nworkers; i++)
 				if (pids[i] == pid) {
-					if (WIFSIGNALED(status))
+					if (WIFSIGNALED(status)) {
 						printf("worker %d killed by signal %d: %lld pass(es) back\n",
 						       i, WTERMSIG(status), (long long)back);
+						reaped_kills++;
+					}
 					if (stopping)
 						alive--;
 					else

@@ -17,6 +17,13 @@
  * tell that it died).  The mutexes are glibc's; only this test peeks at
  * their lock word.
  *
+ * The marks are read one after another, not at one instant: a mark read
+ * held may be let go and another taken before the scan ends, and both
+ * would count.  So every admission moves an epoch on before its mark is
+ * taken, and a scan counts only if the epoch did not move while it ran:
+ * then everyone it counted was admitted before the scan began and still
+ * held its mark when read, so all of them held passes at the scan's start.
+ *
  * Half the kills are followed by ts_shared_recover (what a master does on
  * SIGCHLD); the other half are left to recovery by the waiters
  * themselves, within recover_ns. */
@@ -37,7 +44,8 @@
 #define MARKS (WORKERS * THREADS)
 
 struct stats {
-	_Atomic long admissions, violations, worst;
+	_Atomic long admissions, violations, worst, samples;
+	_Atomic unsigned long epoch; /* moved on by every admission */
 	pthread_mutex_t mark[MARKS];
 };
 
@@ -92,16 +100,21 @@ static void *loop(void *arg)
 		if (e == ETIMEDOUT)
 			continue;
 		CHECK_EQ(e, 0);
+		atomic_fetch_add(&st->epoch, 1);
 		CHECK(pthread_mutex_lock(&st->mark[me]) == 0);
+		unsigned long e1 = atomic_load(&st->epoch);
 		long holders = 1;
 		for (int j = 0; j < MARKS; j++)
 			if (j != me)
 				holders += marked(j);
-		if (holders > CEILING)
-			atomic_fetch_add(&st->violations, 1);
-		long w = atomic_load(&st->worst);
-		while (holders > w && !atomic_compare_exchange_weak(&st->worst, &w, holders))
-			;
+		if (atomic_load(&st->epoch) == e1) { /* one instant: e1 */
+			atomic_fetch_add(&st->samples, 1);
+			if (holders > CEILING)
+				atomic_fetch_add(&st->violations, 1);
+			long w = atomic_load(&st->worst);
+			while (holders > w && !atomic_compare_exchange_weak(&st->worst, &w, holders))
+				;
+		}
 		atomic_fetch_add(&st->admissions, 1);
 		for (volatile int k = (int)(r >> 40 & 1023); k > 0; k--)
 			;
@@ -144,8 +157,7 @@ int main(void)
 	uint64_t x = 0x2545f4914f6cdd1dull;
 	long kills = 0, recovered = 0;
 	int64_t end = ts_now_ns() + (int64_t)seconds * 1000000000;
-	while (ts_now_ns() < end) {
-		long before = atomic_load(&st->admissions);
+	while (ts_now_ns() < end || kills < 10) {
 		/* the kills' timing is the load pattern, not synchronisation */
 		usleep(1000 + rnd(&x) % 15000);
 		int i = (int)(rnd(&x) % WORKERS);
@@ -161,9 +173,10 @@ int main(void)
 			CHECK_EQ(ts_shared_recover(t, &back), 0);
 			recovered += back;
 		}
+		long before = atomic_load(&st->admissions);
 		kids[i] = spawn(worker, (void *)(intptr_t)i);
-		/* progress: admissions go on after every kill (the next
-		 * period's first check covers recovery by the waiters) */
+		/* progress: admissions go on after every kill (recovered by
+		 * the master or, within recover_ns, by the waiters) */
 		POLL_UNTIL(atomic_load(&st->admissions) > before);
 	}
 	for (int i = 0; i < WORKERS; i++) {
@@ -173,13 +186,14 @@ int main(void)
 	int64_t back;
 	CHECK_EQ(ts_shared_recover(t, &back), 0);
 	printf("shared_kill: %ld kills, %ld admissions, %ld passes recovered by the master "
-	       "(+%lld at rest), worst %ld holders of %d\n",
+	       "(+%lld at rest), worst %ld holders of %d in %ld samples\n",
 	       kills, atomic_load(&st->admissions), recovered, (long long)back,
-	       atomic_load(&st->worst), CEILING);
+	       atomic_load(&st->worst), CEILING, atomic_load(&st->samples));
 	CHECK_EQ(atomic_load(&st->violations), 0);
 	CHECK_EQ(shared_available(t), CEILING);
 	CHECK_EQ(shared_waiting(t), 0);
 	CHECK(kills >= 10);
+	CHECK(atomic_load(&st->samples) > 0);
 	ts_turnstile_free(t);
 	return 0;
 }
