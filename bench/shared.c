@@ -656,11 +656,14 @@ static int audit_child(void *arg, int id)
 		pgate_return(&l, &pass);
 		pthread_mutex_unlock(&a->mu);
 	}
+	/* Detaching frees what this process has cached: an unlogged return,
+	 * so it is made under the audit lock and the admission it may lead
+	 * to is not judged (the exit disarms, as an unsettled return does). */
 	pthread_mutex_lock(&a->mu);
 	a->running--;
+	pgate_detach(&l);
 	logev(a, EV_EXIT, id, NULL, 0);
 	pthread_mutex_unlock(&a->mu);
-	pgate_detach(&l);
 	return 0;
 }
 
@@ -728,6 +731,9 @@ static int scenario_audit(void)
 						violations++;
 						break;
 					}
+				break;
+			case EV_EXIT:
+				armed = false;
 				break;
 			default:
 				break;
