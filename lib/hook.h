@@ -38,6 +38,11 @@ enum ts_hook_point {
 	 * hold (obj: the notifier): the loop may already have run the callback,
 	 * freed the objects and be freeing the notifier */
 	TS_HOOK_KICKING,
+	/* a shared turnstile's lock holder is draining every process's cache
+	 * (a first waiter's enqueue, close, a shrink, a rebuild) and has just
+	 * drained one (obj: the turnstile): the processes after it may still
+	 * take and return through their caches */
+	TS_HOOK_DRAINING,
 };
 
 typedef void (*ts_hook_fn)(enum ts_hook_point point, void *obj);

@@ -30,9 +30,10 @@
  * FAST PATHS (no lock, no system call).  A process takes a pass from its
  * own cache and gives one back to it with one CAS on its slot's word:
  * cache-1,held+1 and back, which moves nothing between records.  No
- * barging: when the queue becomes non-empty (and on close and shrink) the
- * lock holder collects every cache into `avail` and sets DRAINED on every
- * slot, one CAS each; a drained slot's fast paths fail, so from then on
+ * barging: before the queue becomes non-empty (and on close and shrink)
+ * the lock holder collects every cache into `avail` and sets DRAINED on
+ * every slot, one CAS each, so nqueued > 0 implies every live slot is
+ * drained; a drained slot's fast paths fail, so from then on
  * every return goes through the lock and is handed to the head waiter.  A
  * process clears its own DRAINED under the lock once the queue is empty,
  * the turnstile open and `avail` not negative.
@@ -443,6 +444,8 @@ static void collect_all(struct shared_handle *h, bool drain)
 		if (atomic_load_explicit(&h->procs[p].state, memory_order_relaxed) == PROC_LIVE) {
 			collect_cache(h, p, drain);
 			STEP(2); /* between two processes' caches */
+			if (drain)
+				ts_hook_at(TS_HOOK_DRAINING, h->t);
 		}
 }
 
@@ -594,14 +597,14 @@ static void rebuild(struct shared_handle *h, int64_t *passes_back, struct wakeup
 			uint64_t w = atomic_load_explicit(&h->procs[p].word, memory_order_relaxed);
 			recorded += pw_held(w) + pw_cache(w);
 		}
-	atomic_store_explicit(&sg->nqueued, n, memory_order_relaxed);
 	for (uint32_t i = n / 2; i-- > 0;)
 		heap_down(h, i, n);
 	atomic_store_explicit(&sg->avail,
 			      atomic_load_explicit(&sg->ceiling, memory_order_relaxed) - recorded,
 			      memory_order_relaxed);
 	if (n || closed || avail(h) < 0)
-		collect_all(h, true);
+		collect_all(h, true); /* before nqueued, as enqueue drains */
+	atomic_store_explicit(&sg->nqueued, n, memory_order_relaxed);
 	if (closed)
 		while (queued(h))
 			atomic_exchange_explicit(&h->slots[heap_remove(h, 0)].state, WAITER_CLOSED,
@@ -854,15 +857,21 @@ static int enqueue(struct shared_handle *h, struct seg_proc *me, const ts_claim 
 	sl->since = claim->since_ns;
 	sl->seq = claim->seq;
 	sl->arrival = sg->arrivals++;
+	/* No barging: the first waiter drains every process before it is
+	 * published (its QUEUED record, nqueued), so whoever sees a waiter
+	 * queued sees every fast path closed.  Published first, a process
+	 * not yet drained could return a pass to its own cache and take it
+	 * back while the waiter counted as queued (the order audit found
+	 * it). */
 	*first = queued(h) == 0;
+	if (*first)
+		collect_all(h, true);
 	atomic_store_explicit(&sl->state, WAITER_QUEUED, memory_order_release);
 	STEP(9); /* queued record written, heap not yet */
 	uint32_t n = queued(h);
 	heap_put(h, n, s);
 	atomic_store_explicit(&sg->nqueued, n + 1, memory_order_relaxed);
 	heap_up(h, n);
-	if (*first)
-		collect_all(h, true); /* no barging from here on */
 	grant_heads(h, &wk);
 	unlock_and_wake(h, &wk);
 	*slot = s;

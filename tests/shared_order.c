@@ -3,8 +3,10 @@
  * granted by band, then since, then seq, then arrival; a returned pass goes
  * to the head waiter, never to a newcomer (no barging), even when the
  * returner is the newcomer; a pass parked in one process's cache serves
- * another process's wait. */
+ * another process's wait; a waiter anyone can see queued is never passed
+ * by a process's own cache. */
 #include "procs.h"
+#include "hook.h"
 
 #define WAITERS 12
 
@@ -114,11 +116,79 @@ static void a_cached_pass_serves_another_process(void)
 	close(fd);
 }
 
+/* The first waiter, held by the hook in the middle of its drain (the lock
+ * held, its own process drained, the parent's not yet) until the parent
+ * has looked, returned and tried. */
+static void stall_in_drain(enum ts_hook_point point, void *obj)
+{
+	static bool stalled;
+	(void)obj;
+	if (point != TS_HOOK_DRAINING || stalled)
+		return;
+	stalled = true;
+	atomic_store(&lg->go, 2);
+	/* bounded: a parent blocked on the lock (a bug) must not hang us */
+	int64_t end = ts_now_ns() + 2000000000;
+	while (atomic_load(&lg->go) != 3 && ts_now_ns() < end)
+		sched_yield();
+}
+
+static int first_waiter(void *arg)
+{
+	(void)arg;
+	ts_turnstile *t = ts_shared_attach(fd); /* the first slot: drained first */
+	ts_pass p;
+	CHECK(t);
+	atomic_store(&lg->go, 1);
+	POLL_UNTIL(shared_available(t) == 0); /* the parent holds the pass */
+	atomic_store(&ts_hook, stall_in_drain);
+	CHECK_EQ(ts_turnstile_wait(t, &(ts_claim){ 0, 0, 0 }, ts_now_ns() + PATIENCE_NS, NULL, &p),
+		 0);
+	atomic_store(&ts_hook, NULL);
+	ts_pass_return(&p);
+	ts_turnstile_free(t);
+	return 0;
+}
+
+/* While a first waiter drains the processes one by one, a process it has
+ * not reached yet may still return a pass to its own cache and take it
+ * back; but once anyone can see the waiter queued, no process may: the
+ * waiter is published only after the drain (lib/shared.c, enqueue).
+ * Published before it, this process saw 1 waiting and took its pass back
+ * past it (found by bench/shared's order audit). */
+static void a_waiter_seen_queued_is_not_barged_past(void)
+{
+	fd = turnstile_file(1, NULL);
+	atomic_store(&lg->go, 0);
+	pid_t w = spawn(first_waiter, NULL);
+	POLL_UNTIL(atomic_load(&lg->go) == 1);
+	ts_turnstile *t = ts_shared_attach(fd);
+	ts_pass p;
+	CHECK_EQ(ts_turnstile_wait(t, &(ts_claim){ 0, 0, 0 }, 0, NULL, &p), 0);
+	POLL_UNTIL(atomic_load(&lg->go) == 2); /* the waiter is mid-drain */
+	int64_t seen = shared_waiting(t);
+	ts_pass_return(&p);
+	int r = ts_turnstile_wait(t, &(ts_claim){ 0, 0, 0 }, TS_DEADLINE_NOW, NULL, &p);
+	atomic_store(&lg->go, 3);
+	if (seen > 0 && r == 0) {
+		fprintf(stderr, "a pass taken back past a waiter seen queued\n");
+		_exit(1);
+	}
+	CHECK(r == 0 || r == ETIMEDOUT);
+	if (r == 0)
+		ts_pass_return(&p); /* the drain is over: to the waiter */
+	reap_ok(w);
+	CHECK_EQ(shared_available(t), 1);
+	ts_turnstile_free(t);
+	close(fd);
+}
+
 int main(void)
 {
 	lg = shared_memory(sizeof(*lg));
 	granted_in_claim_order_across_processes();
 	a_cached_pass_serves_another_process();
+	a_waiter_seen_queued_is_not_barged_past();
 	printf("shared_order: ok\n");
 	return 0;
 }

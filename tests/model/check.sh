@@ -90,6 +90,7 @@ catch|async|MUT_OLD_DISPATCH|-DTAKE=0 -DNA=2 -DCEIL=1 -DNG=1 -DDLMASK=1|the disp
 catch|shared|MUT_REBUILD_TRUSTS_AVAIL|-DNA=2 -DCEIL=1|rebuild adds the records of a dead process back to the stored avail instead of recomputing it (a death between avail and the write of a record)
 catch|shared|MUT_FAST_RETURN_IGNORES_DRAINED|-DNA=2 -DCEIL=1|the fast return ignores DRAINED: a pass parked in a cache while a waiter sleeps forever
 catch|shared|MUT_FIRST_ENQUEUE_NO_DRAIN|-DNA=2 -DCEIL=1|the first enqueue does not collect and drain the caches (barging, a pass stuck in a cache)
+catch|shared|MUT_PUBLISH_BEFORE_DRAIN|-DNA=2 -DCEIL=1|the first waiter is published (queued, in the heap) before the drain: a process not yet drained returns its pass to its own cache and takes it back while the waiter is seen queued (lib/shared.c before this check)
 catch|shared|MUT_SETTLE_WITHOUT_LOCK|-DNA=3 -DCEIL=1 -DIT0=1 -DIT1=1 -DIT2=1|a granted waiter moves its pass into held and frees its slot without the lock: the rebuild of a sweep counts the pass twice, a waiter sleeps forever
 catch|shared|MUT_REBUILD_KEEPS_DEAD_GRANTED|-DNA=2 -DCEIL=1|rebuild counts the GRANTED slot of a dead process as live and keeps it (the pass is lost)
 catch|shared|MUT_UNDRAIN_WHILE_QUEUED|-DNA=2 -DCEIL=1|maybe_undrain ignores the queue: a fast return parks a pass a waiter needs

@@ -43,8 +43,8 @@
  *
  * ts_lib_shared_wait  fast take: CAS cache-1,held+1 if !DRAINED && cache>0;
  *                     else wait_queued: seg_lock; take_locked; enqueue
- *                     (state QUEUED: STEP 9; heap; the first collects every
- *                     cache WITH DRAINED; grant_heads; unlock_and_wake);
+ *                     (the first collects every cache WITH DRAINED; state
+ *                     QUEUED: STEP 9; heap; grant_heads; unlock_and_wake);
  *                     park in slices (waiter_park: load, CAS
  *                     QUEUED->SLEEPING, deadline?, futex_wait; a slice's end
  *                     sweeps); settle (STEP 10; seg_lock; queued: unlink,
@@ -74,7 +74,8 @@
  *                     FREE; GRANTED: counted; queued: into the heap; per
  *                     LIVE slot: count held + cache; avail = ceiling -
  *                     counted; queued (or avail < 0): collect_all(DRAINED);
- *                     grant_heads; a wake per GRANTED slot
+ *                     then nqueued and the heap; grant_heads; a wake per
+ *                     GRANTED slot
  * sweep               at a slice's end, if anyone is dead: recover_now
  *                     (seg_lock, rebuild, unlock_and_wake).  The next_sweep_ns
  *                     gate (who sweeps when) is abstracted: every slice end
@@ -105,6 +106,9 @@
  *    of a slot whose records are a live actor's, plus GRANTED slots of
  *    live actors not yet moved into held) never exceed the ceiling; at
  *    most one live actor inside the lock (MUTEX);
+ *  - no barging: a fast take or fast return never succeeds while a waiter
+ *    is seen queued (qlen > 0: the snapshot's count), so a pass is never
+ *    taken, nor parked in a cache, past a published waiter;
  *  - a grant's exchange always meets a queued slot (no double grant); a
  *    settle under the lock never finds its slot FREE; a real slow return
  *    always finds held > 0;
@@ -118,7 +122,9 @@
  * MUTATIONS (-DMUT_x; check.sh requires each to be caught):
  * REBUILD_TRUSTS_AVAIL (rebuild adds a dead process's records back to the
  * stored avail instead of recomputing it), FAST_RETURN_IGNORES_DRAINED,
- * FIRST_ENQUEUE_NO_DRAIN, SETTLE_WITHOUT_LOCK (a granted waiter moves its
+ * FIRST_ENQUEUE_NO_DRAIN, PUBLISH_BEFORE_DRAIN (the first waiter is in the
+ * heap before the drain: lib/shared.c before this check, found by the
+ * order audit of bench/shared), SETTLE_WITHOUT_LOCK (a granted waiter moves its
  * pass into held and frees its slot without the lock), REBUILD_KEEPS_DEAD_
  * GRANTED (a dead process's GRANTED slot is counted as a live one's and
  * kept), UNDRAIN_WHILE_QUEUED (maybe_undrain ignores the queue), NO_SWEEP
@@ -254,7 +260,7 @@ bool killer_over;
 #define ANYONE_DEAD (DEADP(0) || DEADP(1) || DEADP(2))
 
 /* set only when broken, to name the failed check in pan's output */
-bool passes_over_ceiling, two_in_the_lock, granted_not_queued,
+bool passes_over_ceiling, two_in_the_lock, granted_not_queued, barged,
 	settle_found_slot_free, real_return_ignored, not_exact_at_end,
 	left_at_end;
 #define CHECK(ok, broken) if :: !(ok) -> broken = true :: else -> skip fi; assert(!broken)
@@ -439,24 +445,28 @@ inline rebuild()
 	:: atomic { j < NPS -> if :: pstate[j] == LIVE -> rec = rec + pheld[j] + pcache[j] :: else -> skip fi; j++ }
 	:: atomic { j >= NPS -> j = 0 }; break
 	od;
-	/* nqueued, the heap, avail (derived: one step) */
+	/* avail (derived: one step) */
 	atomic {
-		qlen = 0; queue[0] = 0; queue[1] = 0; queue[2] = 0;
-		if :: qm & 1 -> queue[qlen] = 0; qlen++ :: else -> skip fi;
-		if :: qm & 2 -> queue[qlen] = 1; qlen++ :: else -> skip fi;
-		if :: qm & 4 -> queue[qlen] = 2; qlen++ :: else -> skip fi;
 #ifndef MUT_REBUILD_TRUSTS_AVAIL
 		avail = CEIL - rec;
 #else
 		avail = avail + back;           /* mutation: the stored count trusted */
 		back = 0;
 #endif
-		rec = 0; qm = 0
+		rec = 0
 	};
 	if
-	:: qlen > 0 || avail < 0 -> collect_all(true)
+	:: qm != 0 || avail < 0 -> collect_all(true)
 	:: else -> skip
 	fi;
+	/* nqueued and the heap after the drain, as enqueue (derived: one step) */
+	atomic {
+		qlen = 0; queue[0] = 0; queue[1] = 0; queue[2] = 0;
+		if :: qm & 1 -> queue[qlen] = 0; qlen++ :: else -> skip fi;
+		if :: qm & 2 -> queue[qlen] = 1; qlen++ :: else -> skip fi;
+		if :: qm & 4 -> queue[qlen] = 2; qlen++ :: else -> skip fi;
+		qm = 0
+	};
 	grant_heads();
 	/* wakes a dead granter may have owed */
 	atomic {
@@ -542,7 +552,9 @@ inline wait()
 	/* the fast take */
 	atomic {
 		if
-		:: !pdr[my] && pcache[my] > 0 -> pcache[my]--; pheld[my]++; r = OK
+		:: !pdr[my] && pcache[my] > 0 ->
+			CHECK(qlen == 0, barged);
+			pcache[my]--; pheld[my]++; r = OK
 		:: else -> r = NONE
 		fi
 	};
@@ -557,14 +569,21 @@ inline wait()
 	:: r == OK -> unlock_and_wake(); goto got
 	:: else -> skip
 	fi;
+	first = (qlen == 0);
+#if !defined(MUT_FIRST_ENQUEUE_NO_DRAIN) && !defined(MUT_PUBLISH_BEFORE_DRAIN)
+	if
+	:: first -> collect_all(true)   /* no barging once published */
+	:: else -> skip
+	fi;
+#endif
 	atomic {
 		assert(ws[me] == WFREE);
-		wproc[me] = my; first = (qlen == 0); ws[me] = QUEUED    /* STEP 9 */
+		wproc[me] = my; ws[me] = QUEUED                         /* STEP 9 */
 	};
 	atomic { queue[qlen] = me; qlen++ };                            /* the heap */
-#ifndef MUT_FIRST_ENQUEUE_NO_DRAIN
+#ifdef MUT_PUBLISH_BEFORE_DRAIN
 	if
-	:: first -> collect_all(true)   /* no barging from here on */
+	:: first -> collect_all(true)   /* mutation: a published waiter's drain */
 	:: else -> skip
 	fi;
 #endif
@@ -646,7 +665,9 @@ inline return_pass()
 	atomic {
 		if
 #ifndef MUT_FAST_RETURN_IGNORES_DRAINED
-		:: !pdr[my] && pheld[my] > 0 -> pheld[my]--; pcache[my]++; r = OK
+		:: !pdr[my] && pheld[my] > 0 ->
+			CHECK(qlen == 0, barged);
+			pheld[my]--; pcache[my]++; r = OK
 #else
 		:: pheld[my] > 0 -> pheld[my]--; pcache[my]++; r = OK  /* mutation */
 #endif
