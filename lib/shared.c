@@ -1203,6 +1203,39 @@ void ts_lib_shared_snapshot(const ts_turnstile *t, int64_t *available, int64_t *
 		*waiting = queued(h);
 }
 
+static int int_cmp(const void *a, const void *b)
+{
+	int x = *(const int *)a, y = *(const int *)b;
+	return (x > y) - (x < y);
+}
+
+/* The queue's bands copied under the lock, sorted and counted outside it:
+ * the heap is not in band order, and nothing slow runs under the lock. */
+int ts_lib_shared_waiting_by_band(const ts_turnstile *t, int *bands, int64_t *waiting, int max)
+{
+	struct shared_handle *h = t->shared;
+	struct wakeups wk;
+	int err = 0;
+
+	if (!me_of(h, &err))
+		return -err;
+	int *copy = malloc(sizeof(int) * (h->nslots ? h->nslots : 1));
+	if (!copy)
+		return -ENOMEM;
+	wakeups_init(&wk);
+	seg_lock(h, &wk);
+	uint32_t n = queued(h);
+	for (uint32_t i = 0; i < n; i++)
+		copy[i] = h->slots[heap_at(h, i)].band;
+	unlock_and_wake(h, &wk);
+	qsort(copy, n, sizeof(int), int_cmp);
+	struct band_tally bt = { bands, waiting, max, 0, 0 };
+	for (uint32_t i = 0; i < n; i++)
+		band_tally_add(&bt, copy[i]);
+	free(copy);
+	return bt.seen;
+}
+
 /* Detach: our passes, held and cached, become free (and go to waiters),
  * our slot is freed, then our byte's lock goes with our description. */
 void ts_lib_shared_free(ts_turnstile *t)

@@ -406,6 +406,22 @@ TS_API bool ts_turnstile_closed(const ts_turnstile *t)
 	return t && (atomic_load_explicit(&t->word, memory_order_acquire) & WORD_CLOSED);
 }
 
+TS_API int ts_turnstile_waiting_by_band(const ts_turnstile *t, int *bands, int64_t *waiting,
+					int max)
+{
+	if (!t || max < 0 || (max > 0 && (!bands || !waiting)))
+		return -EINVAL;
+	if (t->shared)
+		return ts_lib_shared_waiting_by_band(t, bands, waiting, max);
+	ts_turnstile *m = (ts_turnstile *)t; /* for its lock: nothing changes */
+	struct band_tally bt = { bands, waiting, max, 0, 0 };
+	spin_lock(&m->lock);
+	for (const struct skip_node *n = skip_first(&m->queue); n; n = n->next[0])
+		band_tally_add(&bt, n->key.priority); /* the skiplist is in band order */
+	spin_unlock(&m->lock);
+	return bt.seen;
+}
+
 TS_API void ts_turnstile_snapshot(const ts_turnstile *t, int64_t *available,
 				  int64_t *waiting)
 {

@@ -40,6 +40,30 @@ int ts_lib_shared_resize(ts_turnstile *t, int64_t concurrency);
 void ts_lib_shared_close(ts_turnstile *t);
 bool ts_lib_shared_closed(const ts_turnstile *t);
 void ts_lib_shared_snapshot(const ts_turnstile *t, int64_t *available, int64_t *waiting);
+int ts_lib_shared_waiting_by_band(const ts_turnstile *t, int *bands, int64_t *waiting, int max);
+
+/* Counting waiters per band for ts_turnstile_waiting_by_band, fed bands in
+ * ascending order: the first @max distinct bands are told, all counted. */
+struct band_tally {
+	int *bands;
+	int64_t *waiting;
+	int max, seen, last;
+};
+
+static inline void band_tally_add(struct band_tally *bt, int band)
+{
+	if (bt->seen && bt->last == band) {
+		if (bt->seen <= bt->max)
+			bt->waiting[bt->seen - 1]++;
+		return;
+	}
+	if (bt->seen < bt->max) {
+		bt->bands[bt->seen] = band;
+		bt->waiting[bt->seen] = 1;
+	}
+	bt->last = band;
+	bt->seen++;
+}
 void ts_lib_shared_free(ts_turnstile *t);
 /* Event-loop waits on a shared handle (async.c): queue a slot told by
  * @doorbell (0, ESHUTDOWN, ECANCELED, ETIMEDOUT, EAGAIN, EUSERS, or

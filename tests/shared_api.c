@@ -178,6 +178,35 @@ static void one_process_waits_and_returns(void)
 	ts_turnstile_free(t);
 }
 
+/* Queued event-loop waits are told per band, best band first, as a
+ * private turnstile's (the heap is not in band order: copied and sorted). */
+static void waiting_by_band_sorts_the_heap(void)
+{
+	int fd = turnstile_file(0, NULL);
+	ts_turnstile *t = ts_shared_attach(fd);
+	ts_notifier *n = ts_notifier_new();
+	ts_async node[5];
+	const int band[5] = { 3, 1, 3, 1, 3 };
+	ts_pass p[5];
+	int bands[2];
+	int64_t waiting[2];
+	CHECK(t && n);
+	memset(node, 0, sizeof(node));
+	for (int i = 0; i < 5; i++)
+		CHECK_EQ(ts_turnstile_wait_async(t, &(ts_claim){ band[i], i, 0 }, 0, NULL, n, &node[i],
+						 never_called, NULL, &p[i]),
+			 EINPROGRESS);
+	CHECK_EQ(ts_turnstile_waiting_by_band(t, bands, waiting, 2), 2);
+	CHECK(bands[0] == 1 && waiting[0] == 2 && bands[1] == 3 && waiting[1] == 3);
+	CHECK_EQ(ts_turnstile_waiting_by_band(t, bands, waiting, 1), 2);
+	for (int i = 0; i < 5; i++)
+		CHECK_EQ(ts_async_cancel(&node[i]), 0);
+	CHECK_EQ(ts_turnstile_waiting_by_band(t, bands, waiting, 2), 0);
+	CHECK_EQ(ts_notifier_free(n), 0);
+	ts_turnstile_free(t);
+	close(fd);
+}
+
 /* EAGAIN comes at once when max_waiters waits are queued. */
 struct queued_arg {
 	ts_turnstile *t;
@@ -381,6 +410,7 @@ int main(void)
 	format_is_busy_while_attached_and_users_are_capped();
 	one_process_waits_and_returns();
 	max_waiters_refuses_with_eagain();
+	waiting_by_band_sorts_the_heap();
 	cancel_ends_a_parked_wait();
 	fork_makes_a_process_of_its_own();
 	detach_gives_passes_back();

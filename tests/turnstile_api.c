@@ -192,3 +192,47 @@ Test(turnstile_api, waited_ns_counts_from_joining_the_queue)
 	cr_assert_eq(available(t), 1);
 	ts_turnstile_free(t);
 }
+
+static void never_called(ts_async *node, int result, void *arg)
+{
+	(void)node, (void)result, (void)arg;
+	cr_assert_fail("a withdrawn wait's callback ran");
+}
+
+/* Waiters are told per band in ascending order, all counted even past the
+ * pairs asked for; bad input is -EINVAL. */
+Test(turnstile_api, waiting_by_band_counts_each_band_in_order)
+{
+	ts_turnstile *t = ts_turnstile_new(1);
+	ts_notifier *n = ts_notifier_new();
+	ts_async node[6] = { TS_ASYNC_INIT, TS_ASYNC_INIT, TS_ASYNC_INIT,
+			     TS_ASYNC_INIT, TS_ASYNC_INIT, TS_ASYNC_INIT };
+	const int band[6] = { 2, 0, 2, 5, 0, 2 };
+	ts_pass held, p[6];
+	int bands[3];
+	int64_t waiting[3];
+
+	cr_assert_eq(ts_turnstile_waiting_by_band(t, bands, waiting, 3), 0);
+	cr_assert_eq(ts_turnstile_wait(t, &claim, 0, NULL, &held), 0);
+	for (int i = 0; i < 6; i++)
+		cr_assert_eq(ts_turnstile_wait_async(t, &(ts_claim){ band[i], i, 0 }, 0, NULL, n,
+						     &node[i], never_called, NULL, &p[i]),
+			     EINPROGRESS);
+	cr_assert_eq(ts_turnstile_waiting_by_band(t, bands, waiting, 3), 3);
+	cr_assert(bands[0] == 0 && waiting[0] == 2, "band %d: %ld", bands[0], (long)waiting[0]);
+	cr_assert(bands[1] == 2 && waiting[1] == 3, "band %d: %ld", bands[1], (long)waiting[1]);
+	cr_assert(bands[2] == 5 && waiting[2] == 1, "band %d: %ld", bands[2], (long)waiting[2]);
+	bands[1] = -1;
+	cr_assert_eq(ts_turnstile_waiting_by_band(t, bands, waiting, 1), 3, "bands past max uncounted");
+	cr_assert_eq(bands[1], -1, "a pair past max was written");
+	cr_assert_eq(ts_turnstile_waiting_by_band(t, NULL, NULL, 0), 3);
+	cr_assert_eq(ts_turnstile_waiting_by_band(NULL, bands, waiting, 3), -EINVAL);
+	cr_assert_eq(ts_turnstile_waiting_by_band(t, NULL, waiting, 3), -EINVAL);
+	cr_assert_eq(ts_turnstile_waiting_by_band(t, bands, waiting, -1), -EINVAL);
+	for (int i = 0; i < 6; i++)
+		cr_assert_eq(ts_async_cancel(&node[i]), 0);
+	cr_assert_eq(ts_turnstile_waiting_by_band(t, bands, waiting, 3), 0);
+	ts_pass_return(&held);
+	ts_notifier_free(n);
+	ts_turnstile_free(t);
+}

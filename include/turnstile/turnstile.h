@@ -93,6 +93,18 @@ TS_API bool ts_turnstile_closed(const ts_turnstile *t);
 TS_API void ts_turnstile_snapshot(const ts_turnstile *t, int64_t *available,
 				  int64_t *waiting);
 
+/* ts_turnstile_waiting_by_band - callers queued now, per band, best band
+ * first: up to @max pairs (@bands[i], @waiting[i]) in ascending band
+ * order.  Returns how many distinct bands are queued (more than @max:
+ * only the first @max are told), or -EINVAL (NULL @t, @max < 0, or a NULL
+ * array with @max > 0), or -ENOMEM (a process-shared turnstile copies its
+ * queue's bands out of its lock).  Takes the queue's lock for a walk of
+ * every waiter: for demand reports and metrics (libturnstile-fleet
+ * publishes it), not for hot paths.  An instant's view, like
+ * ts_turnstile_snapshot.  Thread-safe. */
+TS_API int ts_turnstile_waiting_by_band(const ts_turnstile *t, int *bands, int64_t *waiting,
+					int max);
+
 /* ts_pass_return - hand @p back, admitting the best waiter.  Afterwards @p is
  * unissued; returning it again, or returning TS_PASS_NONE, is a no-op.
  * Returning two COPIES of one pass is a caller error: keep one copy.  It is
