@@ -9,7 +9,10 @@ packages=(build-essential autoconf automake libtool pkg-config
 	  spin clang libclang-rt-14-dev systemtap-sdt-dev libsqlite3-dev
 	  libpq-dev postgresql man-db libuv1-dev pgbouncer
 	  default-jdk-headless libpostgresql-jdbc-java
-	  python3-asyncpg python3-psycopg python3-psycopg2 nodejs)
+	  python3-asyncpg python3-psycopg python3-psycopg2 nodejs
+	  libcurl4-openssl-dev libjson-c-dev etcd-server etcd-client)
+# libturnstile-fleet's libcurl and json-c, and the etcd its tests run (a
+# 3-node cluster on loopback, tests/etcdlib.sh)
 # tests/pgclients.sh's client stacks above; node-postgres itself comes from
 # npm (the test installs it).  Debian's npm, unless the nodejs here bundles
 # its own (NodeSource's does, and conflicts with Debian's npm)

@@ -66,7 +66,7 @@ done
 
 # Every public function is called in the C++ program (comments do not count).
 sed 's|//.*||' "$src/tests/cxx/api.cc" > "$work/api-code.cc"
-for f in $(grep -ho '^TS_API [^(]*(' "$src"/include/turnstile/*.h include/turnstile/version.h |
+for f in $(grep -ho '^TS_API [^(]*(' $(ls "$src"/include/turnstile/*.h | grep -v '/fleet\.h$') include/turnstile/version.h |
 	   sed -E 's/.*[ *]([A-Za-z_0-9]+)\($/\1/' | grep -v '^ts_private_' | sort -u); do
 	grep -q "\\b$f(" "$work/api-code.cc" ||
 		{ echo "headers: tests/cxx/api.cc does not call $f" >&2; status=1; }
@@ -80,6 +80,19 @@ if [ -z "$TS_SAN_CFLAGS" ]; then
 else
 	clang++ $cxxflags $inc -c -o "$work/api.o" "$src/tests/cxx/api.cc" ||
 		{ echo "headers: C++ program fails to compile with clang++" >&2; status=1; }
+fi
+# libturnstile-fleet, where built: a C++ program calling each of its
+# functions (bad input, and an etcd that is not there).
+if [ -f .libs/libturnstile-fleet.so ]; then
+	sed 's|//.*||' "$src/tests/cxx/fleet.cc" > "$work/fleet-code.cc"
+	for f in $(grep -ho '^TS_API [^(]*(' "$src"/include/turnstile/fleet.h |
+		   sed -E 's/.*[ *]([A-Za-z_0-9]+)\($/\1/' | sort -u); do
+		grep -q "\\b$f(" "$work/fleet-code.cc" ||
+			{ echo "headers: tests/cxx/fleet.cc does not call $f" >&2; status=1; }
+	done
+	g++ $cxxflags $TS_SAN_CFLAGS $inc -o "$work/fleet-g++" "$src/tests/cxx/fleet.cc" \
+		-L"$PWD/.libs" -lturnstile-fleet $lib &&
+		"$work/fleet-g++" || { echo "headers: C++ fleet program failed" >&2; status=1; }
 fi
 [ $status -eq 0 ] && echo "headers: every header alone as C11 and C++17, strict flags, gcc and clang; C++ program uses every function"
 exit $status

@@ -13,7 +13,7 @@ exported=$(mktemp) declared=$(mktemp)
 trap 'rm -f "$exported" "$declared"' EXIT
 nm -D --defined-only "$lib" | awk '{ print $3 }' | grep -v '^_' | sort -u > "$exported"
 # version.h is generated into the build tree
-grep -ho '^TS_API [^(]*(' "$src"/include/turnstile/*.h include/turnstile/version.h |
+grep -ho '^TS_API [^(]*(' $(ls "$src"/include/turnstile/*.h | grep -v '/fleet\.h$') include/turnstile/version.h |
 	sed -E 's/.*[ *]([A-Za-z_0-9]+)\($/\1/' | sort -u > "$declared"
 if ! diff -u "$declared" "$exported"; then
 	echo "symbols: exported symbols differ from the headers' TS_API declarations (- declared, + exported)" >&2
@@ -72,3 +72,19 @@ ${CC:-cc} -std=c11 $TS_SAN_CFLAGS -I"$PWD/include" -I"$src/include" -o "$prog/cl
 	"$archive" $(pkg-config --libs liburcu-bp liburcu-cds) -pthread
 "$prog/clash"
 echo "symbols: $archive defines only ts_ names; a program defining skip_insert & co links statically, notifier included"
+
+# libturnstile-fleet, where built: exactly <turnstile/fleet.h>'s functions,
+# and its archive only ts_ names (its etcd client is ts_lib_etcd_*).
+fleet=.libs/libturnstile-fleet.so
+if [ -f "$fleet" ]; then
+	nm -D --defined-only "$fleet" | awk '{ print $3 }' | grep -v '^_' | sort -u > "$exported"
+	grep -ho '^TS_API [^(]*(' "$src"/include/turnstile/fleet.h |
+		sed -E 's/.*[ *]([A-Za-z_0-9]+)\($/\1/' | sort -u > "$declared"
+	diff -u "$declared" "$exported" ||
+		{ echo "symbols: $fleet exports differ from <turnstile/fleet.h>" >&2; exit 1; }
+	foreign=$(nm -g --defined-only .libs/libturnstile-fleet.a | awk 'NF == 3 { print $3 }' |
+		grep -v -e '^ts_' -e '^__odr_asan\.ts_' | sort -u)
+	[ -z "$foreign" ] ||
+		{ echo "symbols: libturnstile-fleet.a defines names outside ts_:" $foreign >&2; exit 1; }
+	echo "symbols: $fleet exports $(wc -l < "$exported"), all declared in <turnstile/fleet.h>"
+fi

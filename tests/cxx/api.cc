@@ -92,6 +92,9 @@ int main()
 	CHECK(ts_turnstile_resize(t, 3) == 0);
 	int64_t available = -1, waiting = -1;
 	ts_turnstile_snapshot(t, &available, &waiting);
+	int bands[2];
+	int64_t per_band[2];
+	CHECK(ts_turnstile_waiting_by_band(t, bands, per_band, 2) == 0);
 	CHECK(available == 3 && waiting == 0);
 	ts_cancel_fire(&cancel);
 	CHECK(ts_cancel_fired(&cancel));

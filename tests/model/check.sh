@@ -87,6 +87,8 @@ catch|async|MUT_END_NO_LOOK|-DTAKE=0 -DNA=2 -DCEIL=1 -DNG=1 -DDLMASK=1|after the
 catch|async|MUT_LOOK_BEFORE_CLEAR|-DTAKE=0 -DNA=2 -DCEIL=1 -DNG=1 -DDLMASK=1|dispatch looks at the stack and the ready list, then clears signalled (a push in between is lost)
 catch|async|MUT_END_STACK_ONLY|-DTAKE=0 -DNA=3 -DCEIL=0 -DNG=0 -DCXMASK=7 -DCANCELLER=1 -DLCXMASK=2|the last look skips the ready list (nodes a callback cancel collected after the round budget was set)
 catch|async|MUT_OLD_DISPATCH|-DTAKE=0 -DNA=2 -DCEIL=1 -DNG=1 -DDLMASK=1|the dispatch before cc02589: clear signalled, drain the eventfd, one round, write only if still ready
+pass|fleet|two|-DNM=2 -DCEIL=2 -DROUNDS=5|2 members, ceiling 2: grow, shrink, admit, return, cut off, fail closed, expire, rejoin, reclaim in any interleaving
+pass|fleet|ceiling1|-DNM=2 -DCEIL=1 -DROUNDS=6|ceiling 1, longer runs: one pass moving between two members through the ledger
 catch|shared|MUT_REBUILD_TRUSTS_AVAIL|-DNA=2 -DCEIL=1|rebuild adds the records of a dead process back to the stored avail instead of recomputing it (a death between avail and the write of a record)
 catch|shared|MUT_FAST_RETURN_IGNORES_DRAINED|-DNA=2 -DCEIL=1|the fast return ignores DRAINED: a pass parked in a cache while a waiter sleeps forever
 catch|shared|MUT_FIRST_ENQUEUE_NO_DRAIN|-DNA=2 -DCEIL=1|the first enqueue does not collect and drain the caches (barging, a pass stuck in a cache)
@@ -96,6 +98,12 @@ catch|shared|MUT_REBUILD_KEEPS_DEAD_GRANTED|-DNA=2 -DCEIL=1|rebuild counts the G
 catch|shared|MUT_UNDRAIN_WHILE_QUEUED|-DNA=2 -DCEIL=1|maybe_undrain ignores the queue: a fast return parks a pass a waiter needs
 catch|shared|MUT_NO_SWEEP|-DNA=2 -DCEIL=1|the end of a slice does not look for the dead: the pass of a dead holder never comes back
 catch|shared|MUT_LOCK_NO_GEN|-DNA=3 -DCEIL=1 -DNEWCOMER=1 -DVICTIMS=2 -DIT0=1 -DIT1=1 -DIT2=1|the generation of the lock word stands still: a stale takeover CAS takes the lock from a newcomer in the slot of the dead owner (lib/shared.c 75c955a)
+catch|fleet|MUT_GROW_NO_CAS|-DNM=2 -DCEIL=2 -DROUNDS=4|grow writes the ledger without comparing its revision: two members grow into the same room
+catch|fleet|MUT_LOCAL_FIRST|-DNM=2 -DCEIL=2 -DROUNDS=4|grow raises the local ceiling before its CAS: admissions on room the ledger never gave
+catch|fleet|MUT_SHRINK_LEDGER_FIRST|-DNM=2 -DCEIL=2 -DROUNDS=4|shrink publishes the smaller share before it lowers the local ceiling: the other grows into room still admitted from
+catch|fleet|MUT_RECLAIM_STALE_KEY|-DNM=2 -DCEIL=2 -DROUNDS=7|reclaim trusts the absence of the member key as it read it, not compared at commit: it takes the share of a member that rejoined meanwhile
+catch|fleet|MUT_REJOIN_CACHED_SHARE|-DNM=2 -DCEIL=2 -DROUNDS=7|a member back from a lost lease admits up to the share it had before, not what the ledger gives it now (reclaimed meanwhile)
+catch|fleet|MUT_NO_FAIL_CLOSED|-DNM=2 -DCEIL=2 -DROUNDS=5|a lease may expire before its member stopped admitting: its share is reclaimed while it still admits on it
 EOF
 }
 

@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: MIT */
+/* libturnstile-fleet: one ceiling for many machines.
+ *
+ * A fleet ceiling divides one number of passes (a database's connection
+ * limit) among the live members of a fleet by their demand, through etcd
+ * (3.4, its JSON gateway).  Each member keeps admitting through its own
+ * local turnstile: admission and return never touch the network.  The
+ * fleet only moves the local turnstile's ceiling (ts_turnstile_resize, by
+ * delta: passes held stay held).
+ *
+ * The invariant: the passes admitted by all members together never exceed
+ * the ceiling.  Its one assumption: no pass is held longer than the lease
+ * (a member cut off from etcd stops admitting after half the lease, and
+ * its share is given to others once the lease has expired: a pass it
+ * still holds then counts twice).  Fail closed: with etcd unreachable a
+ * member admits within its share for half the lease, then nobody new
+ * until etcd answers again.
+ *
+ * Link with -lturnstile-fleet -lturnstile (pkg-config turnstile-fleet). */
+#ifndef TURNSTILE_FLEET_H
+#define TURNSTILE_FLEET_H
+
+#include <turnstile/turnstile.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ts_fleet ts_fleet;
+
+typedef struct ts_fleet_config {
+	const char *endpoints; /* etcd client URLs, comma-separated */
+	const char *key;       /* the resource's key prefix, e.g. "/pgproxy/appdb" */
+	const char *member;    /* unique member name (NULL: "<hostname>:<pid>") */
+	int64_t ceiling;       /* passes all members together hold at most (the
+				  first member sets it; a later join with another
+				  value gets EEXIST) */
+	int64_t lease_ns;      /* etcd lease TTL (0: 5 s) */
+} ts_fleet_config;
+
+/* Lease bounds: etcd grants no lease shorter than about 2 s. */
+#define TS_FLEET_LEASE_MIN_NS ((int64_t)2000000000)
+#define TS_FLEET_LEASE_MAX_NS ((int64_t)3600000000000)
+
+/* ts_fleet_join - make @local a member of the fleet at @cfg->key.
+ * From here on the fleet owns @local's ceiling (do not resize it
+ * yourself): it is set to 0, then to the member's share as etcd grants it;
+ * join returns once the first share is settled, so a lone member admits at
+ * once.  A background thread keeps the lease, publishes the demand
+ * (passes held and callers queued per band) and moves the share.
+ * Returns the member, or NULL with errno: EINVAL (NULL @local or @cfg, no
+ * endpoints or key, a key not starting with '/', a ceiling < 0, a lease
+ * outside the bounds above, a member name with '/' or longer than 200
+ * bytes), EEXIST (the fleet exists with another ceiling), EADDRINUSE (a
+ * live member has this name), ECONNREFUSED or ETIMEDOUT (no etcd endpoint
+ * answered), EPROTO (an answer etcd would not send), ENOMEM, or the
+ * error of pthread_create.  Thread-safe. */
+TS_API ts_fleet *ts_fleet_join(ts_turnstile *local, const ts_fleet_config *cfg);
+
+/* ts_fleet_resize - set the fleet's ceiling, for every member.  Growing
+ * takes effect as members grow their shares; shrinking, as each member
+ * sees it (within its next look, about 100 ms): members shrink locally
+ * first, and passes already held stay held.  0, EINVAL (NULL @f, @ceiling
+ * < 0), or an etcd error as for ts_fleet_join.  Thread-safe. */
+TS_API int ts_fleet_resize(ts_fleet *f, int64_t ceiling);
+
+/* ts_fleet_share - this member's share now (the ceiling its local
+ * turnstile admits up to; 0 while it fails closed) and the live members
+ * it last saw (itself included).  Either out-pointer may be NULL.  0 or
+ * EINVAL (NULL @f).  Thread-safe. */
+TS_API int ts_fleet_share(const ts_fleet *f, int64_t *share, int64_t *members);
+
+/* ts_fleet_leave - leave the fleet: admit nobody new, wait (at most the
+ * lease) for the passes held to return while handing the share back as
+ * they do, then delete this member's keys and free @f.  The local
+ * turnstile is left with ceiling 0 and is the caller's again.  NULL: a
+ * no-op.  Not concurrently with another call on @f. */
+TS_API void ts_fleet_leave(ts_fleet *f);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

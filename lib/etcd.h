@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/* Private to libturnstile-fleet: the few etcd v3 calls a fleet member
+ * makes, through etcd's JSON gateway (POST [endpoint]/v3/..., keys and
+ * values base64 in JSON) with libcurl and json-c.
+ *
+ * One client per member, used by one thread at a time (the member's lock).
+ * Every call has a timeout for the whole call: one that fails on one
+ * endpoint (refused, timed out, a 5xx) is tried on each of the others
+ * while that time lasts, so a lost etcd node or leader costs at most one
+ * timeout, never the member.  Results: 0 or a
+ * positive errno value — ECONNREFUSED or ETIMEDOUT (no endpoint answered),
+ * EPROTO (an answer that is not what etcd sends), ENOMEM. */
+#ifndef TS_LIB_ETCD_H
+#define TS_LIB_ETCD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <json-c/json.h>
+
+struct etcd;
+
+/* @endpoints: comma-separated client URLs.  NULL with errno set (EINVAL:
+ * no endpoint; ENOMEM). */
+struct etcd *ts_lib_etcd_new(const char *endpoints, int64_t timeout_ns);
+void ts_lib_etcd_free(struct etcd *e);
+
+/* POST @req (consumed) to @path; *@resp is the parsed answer (json_object_put
+ * it). */
+int ts_lib_etcd_call(struct etcd *e, const char *path, json_object *req, json_object **resp);
+
+int ts_lib_etcd_lease_grant(struct etcd *e, int64_t ttl_s, int64_t *id);
+/* *@ttl_s is 0 when the lease is gone (expired or revoked). */
+int ts_lib_etcd_lease_keepalive(struct etcd *e, int64_t id, int64_t *ttl_s);
+int ts_lib_etcd_lease_revoke(struct etcd *e, int64_t id);
+
+/* Put @value at @key, under @lease (0: none). */
+int ts_lib_etcd_put(struct etcd *e, const char *key, const char *value, int64_t lease);
+
+struct etcd_kv {
+	char *key, *value; /* decoded, NUL-terminated */
+	size_t value_len;
+	int64_t create_rev, mod_rev, version, lease;
+};
+
+/* Every key under @prefix (prefix itself included), and the store's
+ * revision.  Free with ts_lib_etcd_kvs_free. */
+int ts_lib_etcd_range_prefix(struct etcd *e, const char *prefix, struct etcd_kv **kvs, size_t *n,
+			     int64_t *revision);
+void ts_lib_etcd_kvs_free(struct etcd_kv *kvs, size_t n);
+
+/* A transaction's parts: compares and operations, appended to arrays made
+ * by json_object_new_array().  @lease 0: none. */
+void ts_lib_etcd_cmp(json_object *cmps, const char *key, const char *target, int64_t value);
+void ts_lib_etcd_op_put(json_object *ops, const char *key, const char *value, int64_t lease);
+void ts_lib_etcd_op_delete(json_object *ops, const char *key);
+/* Run compares (all EQUAL) and then @success, or @failure (may be NULL);
+ * consumes the arrays.  *@succeeded: whether the compares held. */
+int ts_lib_etcd_txn(struct etcd *e, json_object *cmps, json_object *success, json_object *failure,
+		    bool *succeeded);
+
+#endif
