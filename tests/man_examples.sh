@@ -11,6 +11,11 @@ status=0
 for page in "$src"/man/*.3 "$src"/man/*.7; do
 	grep -q '^\.so ' "$page" && continue
 	name=$(basename "$page")
+	libs=-lturnstile
+	case $name in ts_fleet*) # libturnstile-fleet's, where it is built
+		[ -f .libs/libturnstile-fleet.so ] || continue
+		libs="-lturnstile-fleet -lturnstile" ;;
+	esac
 	LC_ALL=C.UTF-8 MANWIDTH=80 man -l "$page" 2>/dev/null |
 		awk '/^EXAMPLES?$/ { on = 1; next } /^[A-Z][A-Z ]+$/ { on = 0 } on' |
 		sed 's/^       //' > "$out/$name.c"
@@ -19,7 +24,7 @@ for page in "$src"/man/*.3 "$src"/man/*.7; do
 	fi
 	if ! ${CC:-cc} -std=c11 -Wall -Wextra -Wpedantic -Werror -pthread $TS_SAN_CFLAGS \
 		-I"$PWD/include" -I"$src/include" -o "$out/$name.bin" "$out/$name.c" \
-		-L"$PWD/.libs" -lturnstile -Wl,-rpath,"$PWD/.libs"; then
+		-L"$PWD/.libs" $libs -Wl,-rpath,"$PWD/.libs"; then
 		echo "man_examples: $name: the example does not compile" >&2; status=1; continue
 	fi
 	if ! (cd "$out" && timeout 60 "./$name.bin" > "$out/$name.out" 2>&1); then

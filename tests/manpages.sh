@@ -6,7 +6,9 @@
 set -e
 src=$(cd "$(dirname "$0")/.." && pwd)
 status=0
-for name in $(nm -D --defined-only .libs/libturnstile.so | awk '{ print $3 }' | grep -v '^ts_private_'); do
+libs=.libs/libturnstile.so
+[ ! -f .libs/libturnstile-fleet.so ] || libs="$libs .libs/libturnstile-fleet.so"
+for name in $(for l in $libs; do nm -D --defined-only "$l"; done | awk '{ print $3 }' | grep -v '^ts_private_'); do
 	page="$src/man/$name.3"
 	if [ ! -f "$page" ]; then
 		echo "manpages: no page for $name" >&2
