@@ -21,6 +21,7 @@ struct etcd {
 	char *buf;
 	size_t len, cap;
 	bool overflow;
+	uint64_t requests;
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -170,6 +171,7 @@ int ts_lib_etcd_call(struct etcd *e, const char *path, json_object *req, json_ob
 			err = EINVAL;
 			break;
 		}
+		e->requests++;
 		err = post(e, url, body, budget, &status);
 		if (err == ENOMEM || err == EPROTO)
 			break;
@@ -190,6 +192,11 @@ int ts_lib_etcd_call(struct etcd *e, const char *path, json_object *req, json_ob
 	}
 	json_object_put(req);
 	return err;
+}
+
+uint64_t ts_lib_etcd_requests(const struct etcd *e)
+{
+	return e->requests;
 }
 
 /* --- base64, as the gateway carries keys and values ------------------- */

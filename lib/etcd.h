@@ -28,6 +28,9 @@ void ts_lib_etcd_free(struct etcd *e);
 
 /* POST @req (consumed) to @path; *@resp is the parsed answer (json_object_put
  * it). */
+/* Requests sent so far (each endpoint tried counts), for the tests'
+ * traffic figures. */
+uint64_t ts_lib_etcd_requests(const struct etcd *e);
 int ts_lib_etcd_call(struct etcd *e, const char *path, json_object *req, json_object **resp);
 
 int ts_lib_etcd_lease_grant(struct etcd *e, int64_t ttl_s, int64_t *id);

@@ -34,4 +34,9 @@ int64_t ts_lib_fleet_demand(const struct fleet_member *m);
 void ts_lib_fleet_targets(int64_t ceiling, const struct fleet_member *m, size_t n,
 			  int64_t *targets);
 
+/* Requests this member has sent to etcd (lib/fleet.c; the tests' traffic
+ * figures). */
+struct ts_fleet;
+uint64_t ts_lib_fleet_requests(const struct ts_fleet *f);
+
 #endif

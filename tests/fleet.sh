@@ -8,6 +8,8 @@
 #   - shares follow demand: A with 24 clients, B with 4, C idle (one band:
 #     in proportion, 10 and 2); then the load moves from A to C and C's
 #     share follows within about a second;
+#   - etcd traffic: requests per member per second under load and at rest
+#     (at most 10 at rest);
 #   - a better band gets room first: B's clients in band 0 against A's in 2;
 #   - kill -9 of a member: its share comes back once its lease expires;
 #   - kill -9 of the etcd leader: members go on, shares still move;
@@ -71,6 +73,22 @@ wait_for '[ "$(share 0)" -ge 9 ] && [ "$(share 1)" -ge 1 ] && [ "$(share 2)" -eq
 	fail "shares did not follow demand (A 24 clients, B 4, C 0): $(b shares)"
 ok "demand A 24, B 4, C 0: shares $(b shares)"
 check_bound "with skewed demand"
+
+# ---- etcd traffic per member: requests over a 3 s window (a measuring
+# window, not a wait for anything), under this load and then at rest
+requests() { echo $(($(b get requests 0) + $(b get requests 1) + $(b get requests 2))); }
+r0=$(requests); sleep 3; r1=$(requests)
+busy_rate=$(((r1 - r0) * 10 / 9)) # per member per second, x10
+b set active 0 0
+b set active 0 1
+wait_for '[ "$(b get holders)" -eq 0 ]' 10 || fail "holders never drained"
+sleep 1 # the last demand published and seen
+r0=$(requests); sleep 3; r1=$(requests)
+rest_rate=$(((r1 - r0) * 10 / 9))
+ok "etcd requests per member per second: $((busy_rate / 10)).$((busy_rate % 10)) under load, $((rest_rate / 10)).$((rest_rate % 10)) at rest"
+[ "$rest_rate" -le 100 ] || fail "more than 10 requests/s per member at rest"
+b set active 24 0
+b set active 4 1
 
 t0=$(now_ms)
 b set active 0 0

@@ -13,6 +13,7 @@ struct board_member {
 	_Atomic int64_t active;   /* clients with work (the test writes it) */
 	_Atomic int64_t share, members, admitted, pid, left;
 	_Atomic int64_t holding;  /* its part of holders */
+	_Atomic int64_t requests; /* sent to etcd so far */
 	_Atomic int slot;
 };
 

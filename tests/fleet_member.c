@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "fleet_board.h"
+#include "fleet_targets.h" /* ts_lib_fleet_requests: linked with the fleet's objects */
 
 static struct board *board;
 static struct board_member *me;
@@ -134,6 +135,7 @@ int main(int argc, char **argv)
 		ts_fleet_share(f, &share, &members);
 		atomic_store(&me->share, share);
 		atomic_store(&me->members, members);
+		atomic_store(&me->requests, (int64_t)ts_lib_fleet_requests(f));
 		/* the test asks member 0 to resize the fleet (and moves the
 		 * board's ceiling itself: at once for a grow, once the shares
 		 * fit for a shrink) */
