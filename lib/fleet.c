@@ -62,6 +62,7 @@
 
 #include "etcd.h"
 #include "fleet_targets.h"
+#include "probe.h"
 
 /* A look every tick while shares move, every idle tick at rest: at rest a
  * member costs one range read per idle tick and a renewal per third of
@@ -124,6 +125,8 @@ static bool still_fresh(ts_fleet *f)
 {
 	if (fresh(f))
 		return true;
+	if (f->local_ceiling)
+		TS_PROBE2(fleet__closed, f, f->local_ceiling);
 	set_local(f, 0);
 	return false;
 }
@@ -330,8 +333,10 @@ static int shrink(ts_fleet *f, struct view *v, int64_t target, bool *wrote)
 		return 0;
 	}
 	int err = ledger_write(f, &v->ledger, f->name, share, wrote);
-	if (!err && *wrote)
+	if (!err && *wrote) {
+		TS_PROBE3(fleet__share, f, f->share, share);
 		f->share = share;
+	}
 	return err;
 }
 
@@ -346,6 +351,7 @@ static int grow(ts_fleet *f, struct view *v, int64_t target, bool *wrote)
 		return 0;
 	int err = ledger_write(f, &v->ledger, f->name, share, wrote);
 	if (!err && *wrote) {
+		TS_PROBE3(fleet__share, f, f->share, share);
 		f->share = share;
 		if (still_fresh(f))
 			set_local(f, share);
@@ -413,6 +419,7 @@ static int renew(ts_fleet *f)
 		}
 		free(f->published);
 		f->published = NULL;
+		TS_PROBE2(fleet__rejoin, f, f->lease_id);
 	}
 	f->fresh_until = sent + f->lease_ns / 2;
 	f->next_renewal = sent + f->lease_ns / 3;
