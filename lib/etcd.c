@@ -22,6 +22,7 @@ struct etcd {
 	size_t len, cap;
 	bool overflow;
 	uint64_t requests;
+	int64_t deadline_ms; /* 0: none */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -111,10 +112,11 @@ static size_t on_data(char *p, size_t size, size_t n, void *arg)
 	return add;
 }
 
+/* CLOCK_BOOTTIME, as the member's freshness: a suspend counts. */
 static int64_t mono_ms(void)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_BOOTTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
@@ -158,6 +160,8 @@ int ts_lib_etcd_call(struct etcd *e, const char *path, json_object *req, json_ob
 	/* The timeout is the whole call's, over every endpoint tried: a
 	 * member's look must end within its bound (fleet.c, rule 3). */
 	int64_t end = mono_ms() + e->timeout_ms;
+	if (e->deadline_ms && e->deadline_ms < end)
+		end = e->deadline_ms;
 	*resp = NULL;
 	for (int k = 0; body && k < e->nurls; k++) {
 		int i = (e->current + k) % e->nurls;
@@ -192,6 +196,11 @@ int ts_lib_etcd_call(struct etcd *e, const char *path, json_object *req, json_ob
 	}
 	json_object_put(req);
 	return err;
+}
+
+void ts_lib_etcd_set_deadline(struct etcd *e, int64_t deadline_ns)
+{
+	e->deadline_ms = deadline_ns > 0 ? deadline_ns / 1000000 : 0;
 }
 
 uint64_t ts_lib_etcd_requests(const struct etcd *e)
@@ -395,7 +404,7 @@ int ts_lib_etcd_range_prefix(struct etcd *e, const char *prefix, struct etcd_kv 
 		err = decode_kv(json_object_array_get_idx(arr, i), &(*kvs)[i]);
 	json_object_put(resp);
 	if (err) {
-		ts_lib_etcd_kvs_free(*kvs, *n + (err == EPROTO));
+		ts_lib_etcd_kvs_free(*kvs, *n); /* the failed entry is counted */
 		*kvs = NULL;
 		*n = 0;
 	}
@@ -445,7 +454,9 @@ int ts_lib_etcd_txn(struct etcd *e, json_object *cmps, json_object *success, jso
 	int err = ts_lib_etcd_call(e, "/v3/kv/txn", req, &resp);
 	if (err)
 		return err;
-	*succeeded = json_object_object_get_ex(resp, "succeeded", &ok) && json_object_get_boolean(ok);
+	/* a real boolean only: "false" as a string is not true */
+	*succeeded = json_object_object_get_ex(resp, "succeeded", &ok) &&
+		     json_object_is_type(ok, json_type_boolean) && json_object_get_boolean(ok);
 	json_object_put(resp);
 	return 0;
 }

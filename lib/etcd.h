@@ -26,8 +26,12 @@ struct etcd;
 struct etcd *ts_lib_etcd_new(const char *endpoints, int64_t timeout_ns);
 void ts_lib_etcd_free(struct etcd *e);
 
+/* A deadline (CLOCK_BOOTTIME ns; 0: none) no call may run past, whatever
+ * its timeout: a fleet member's freshness (fleet.c, rule 3). */
+void ts_lib_etcd_set_deadline(struct etcd *e, int64_t deadline_ns);
+
 /* POST @req (consumed) to @path; *@resp is the parsed answer (json_object_put
- * it). */
+ * it).  ETIMEDOUT also when the deadline leaves no time. */
 /* Requests sent so far (each endpoint tried counts), for the tests'
  * traffic figures. */
 uint64_t ts_lib_etcd_requests(const struct etcd *e);

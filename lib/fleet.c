@@ -23,12 +23,23 @@
  *      a member admits nobody new once half its lease has gone by without
  *      a renewal (fresh_until: counted from before the renewal was sent,
  *      so it ends before etcd's expiry, which counts from when etcd got
- *      it).  reclaim() drops the shares of members whose member key is
- *      gone, in a CAS that also compares each such key absent; a member
- *      that rejoins puts its key back first, so its share is either still
- *      its own or already gone, never both.
- * The assumption (documented): no pass is held longer than the lease, as
- * a member cut off keeps what it holds until it is returned.
+ *      it).  No etcd call runs past fresh_until (the client's deadline),
+ *      and freshness is checked after every call and before every raise
+ *      of the local ceiling, so a member fails closed at its deadline.
+ *      reclaim() drops the shares of members whose member key is gone, in
+ *      a CAS that also compares each such key absent, on a copy of the
+ *      ledger (a lost reclaim leaves the view as read, and the look ends:
+ *      nothing is written from a view with a reclaim in it); a member that
+ *      rejoins puts its key back first, so its share is either still its
+ *      own or already gone, never both.
+ * A write whose outcome is unknown (a timeout: etcd may still apply it,
+ * its compare checked then) is safe when it grows or reclaims (the ledger
+ * then gives us more than we admit); a shrink's is not, so until the
+ * ledger's revision moves past the one it compared, the local ceiling is
+ * kept at the smaller share (pending_rev).
+ * The assumption (documented): no pass is held longer than half the lease,
+ * as a member cut off at its deadline keeps what it holds until returned,
+ * and its share may be reclaimed from half a lease later.
  *
  * SHARES FOLLOW DEMAND.  Every member computes the same targets from the
  * same ledger and member keys (fleet_targets()): each member's held
@@ -37,15 +48,16 @@
  * left evenly, so an idle member keeps room for a burst.  A member moves
  * only its own share: down when another member's target is above its
  * share (somebody needs room), up while the ledger has room.  One look
- * per tick (FLEET_TICK_NS), one etcd range read and, when something
- * changed, one write.
+ * per tick (FLEET_TICK_NS while shares move, FLEET_IDLE_TICK_NS at rest),
+ * one etcd range read and, when something changed, one write.
  *
  * FAIL CLOSED.  No renewal for half the lease (etcd gone, a partition, a
- * SIGSTOPped or frozen process): the local ceiling goes to 0 at the first
- * look after the deadline, which is the first thing a member does when it
- * wakes (before any network call).  A lease found gone on renewal: the
- * member rejoins (a new lease, its key back) and keeps whatever share the
- * ledger still gives it.
+ * SIGSTOPped, frozen or suspended process; the clock is CLOCK_BOOTTIME):
+ * the local ceiling goes to 0 at the deadline, or at the first thing a
+ * member does when it wakes after it.  Also at once when the lease is
+ * found gone, our key missing, or the ledger missing or unreadable.  A lost
+ * lease or key: the member rejoins (a new lease, its key back) and keeps
+ * whatever share the ledger still gives it.
  *
  * Model: tests/model/fleet.pml (members that grow, shrink, die and lose
  * their lease; a ledger with CAS). */
@@ -60,6 +72,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <turnstile/shared.h>
+
 #include "etcd.h"
 #include "fleet_targets.h"
 #include "probe.h"
@@ -71,38 +85,45 @@
 #define FLEET_IDLE_TICK_NS ((int64_t)250000000)
 #define FLEET_MAX_BANDS 16
 #define FLEET_MAX_NAME 200
+/* Held and queued counts read from etcd are clamped to this: sums of a
+ * few thousand members' stay far inside int64_t. */
+#define FLEET_COUNT_MAX ((int64_t)1 << 40)
 
 struct ts_fleet {
 	ts_turnstile *local;
 	struct etcd *etcd;
-	char *ledger_key, *member_key, *members_prefix, *name;
-	int64_t lease_ns, lease_id;
+	char *ledger_key, *member_key, *members_prefix, *prefix, *name;
+	int64_t lease_ns, lease_id, ceiling_max;
 	pthread_t thread;
 	pthread_mutex_t mu; /* everything below, and the etcd client */
 	pthread_cond_t cv;
-	bool stop;
-	int64_t share;        /* ours in the ledger, as last read or written */
+	bool stop, kick, rejoin;
+	int64_t share;         /* ours in the ledger, as last read or written */
 	int64_t local_ceiling; /* what local's ceiling is now */
-	int64_t fresh_until;  /* admit only before this (rule 3) */
+	int64_t fresh_until;   /* admit only before this (rule 3; CLOCK_BOOTTIME) */
 	int64_t next_renewal;
-	int64_t members;      /* live members seen at the last look */
-	char *published;      /* our member key's value, as last put */
+	int64_t pending_rev, pending_share; /* a shrink of unknown outcome */
+	char *published;       /* our member key's value, as last put */
+	/* what ts_fleet_share tells, without the lock a look holds */
+	_Atomic int64_t told_share, told_members;
 };
 
+/* CLOCK_BOOTTIME: a suspended machine's lease runs on at etcd. */
 static int64_t now_ns(void)
 {
 	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_BOOTTIME, &ts);
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* The only writer of local's ceiling (rule 2's local half). */
+/* The only writer of local's ceiling (rule 2's local half).  Recorded only
+ * when the turnstile took it, so a failed resize is tried again. */
 static void set_local(ts_fleet *f, int64_t ceiling)
 {
-	if (ceiling == f->local_ceiling)
+	if (ceiling == f->local_ceiling || ts_turnstile_resize(f->local, ceiling))
 		return;
-	ts_turnstile_resize(f->local, ceiling);
 	f->local_ceiling = ceiling;
+	atomic_store_explicit(&f->told_share, ceiling, memory_order_relaxed);
 }
 
 static int64_t held_now(ts_fleet *f)
@@ -117,14 +138,17 @@ static bool fresh(const ts_fleet *f)
 	return now_ns() < f->fresh_until;
 }
 
-/* Rule 3's clock, checked before every etcd call of a look and before
- * every raise of the local ceiling: not fresh, fail closed now.  With a
- * call's timeout a sixth of the lease, a member fails closed at most that
- * long after its deadline (half the lease), well before etcd's expiry. */
+/* Rule 3's clock, checked after every etcd call and before every raise of
+ * the local ceiling: not fresh, fail closed now.  While fresh, no call may
+ * run past the deadline (the client's); once closed, calls get their
+ * whole timeout (renewing is all that matters then). */
 static bool still_fresh(ts_fleet *f)
 {
-	if (fresh(f))
+	if (fresh(f)) {
+		ts_lib_etcd_set_deadline(f->etcd, f->fresh_until);
 		return true;
+	}
+	ts_lib_etcd_set_deadline(f->etcd, 0);
 	if (f->local_ceiling)
 		TS_PROBE2(fleet__closed, f, f->local_ceiling);
 	set_local(f, 0);
@@ -146,21 +170,41 @@ static void ledger_free(struct ledger *l)
 	memset(l, 0, sizeof(*l));
 }
 
+static bool int_in(json_object *o, int64_t lo, int64_t hi, int64_t *v)
+{
+	if (!json_object_is_type(o, json_type_int))
+		return false;
+	*v = json_object_get_int64(o);
+	return *v >= lo && *v <= hi;
+}
+
+/* A ledger is trusted only whole: a ceiling and every share integers in
+ * range, or EPROTO (and the member fails closed). */
 static int ledger_parse(struct ledger *l, const struct etcd_kv *kv)
 {
 	json_object *c;
-	memset(l, 0, sizeof(*l));
+	int64_t v;
+	if (l->doc)
+		return EPROTO; /* the key twice in one answer */
 	l->doc = json_tokener_parse(kv->value);
 	if (!l->doc || !json_object_is_type(l->doc, json_type_object) ||
 	    !json_object_object_get_ex(l->doc, "ceiling", &c) ||
+	    !int_in(c, 0, TS_CONCURRENCY_MAX, &l->ceiling) ||
 	    !json_object_object_get_ex(l->doc, "shares", &l->shares) ||
 	    !json_object_is_type(l->shares, json_type_object)) {
 		ledger_free(l);
 		return EPROTO;
 	}
-	l->ceiling = json_object_get_int64(c);
+	json_object_object_foreach(l->shares, name, share)
+	{
+		(void)name;
+		if (!int_in(share, 0, TS_CONCURRENCY_MAX, &v)) {
+			ledger_free(l);
+			return EPROTO;
+		}
+	}
 	l->rev = kv->mod_rev;
-	return l->ceiling < 0 ? EPROTO : 0;
+	return 0;
 }
 
 static int64_t ledger_share(const struct ledger *l, const char *name)
@@ -169,6 +213,8 @@ static int64_t ledger_share(const struct ledger *l, const char *name)
 	return json_object_object_get_ex(l->shares, name, &s) ? json_object_get_int64(s) : 0;
 }
 
+/* Each share is at most 2^60 (ledger_parse): a sum of a few thousand
+ * cannot overflow. */
 static int64_t ledger_sum(const struct ledger *l)
 {
 	int64_t sum = 0;
@@ -181,19 +227,31 @@ static int64_t ledger_sum(const struct ledger *l)
 }
 
 /* CAS: write the ledger with @name's share set (or removed, when @share <
- * 0) if it is still at l->rev.  *@won: whether it was. */
-static int ledger_write(ts_fleet *f, struct ledger *l, const char *name, int64_t share,
+ * 0) if it is still at l->rev.  *@won: whether it was.  Writes a copy:
+ * the view stays as read. */
+static int ledger_write(ts_fleet *f, const struct ledger *l, const char *name, int64_t share,
 			bool *won)
 {
-	json_object *cmps = json_object_new_array(), *ops = json_object_new_array();
+	json_object *doc = NULL, *shares;
+	*won = false;
+	if (json_object_deep_copy(l->doc, &doc, NULL) || !doc ||
+	    !json_object_object_get_ex(doc, "shares", &shares)) {
+		json_object_put(doc);
+		return ENOMEM;
+	}
 	if (share < 0)
-		json_object_object_del(l->shares, name);
+		json_object_object_del(shares, name);
 	else
-		json_object_object_add(l->shares, name, json_object_new_int64(share));
+		json_object_object_add(shares, name, json_object_new_int64(share));
+	json_object *cmps = json_object_new_array(), *ops = json_object_new_array();
 	ts_lib_etcd_cmp(cmps, f->ledger_key, "MOD", l->rev);
 	ts_lib_etcd_op_put(ops, f->ledger_key,
-			   json_object_to_json_string_ext(l->doc, JSON_C_TO_STRING_PLAIN), 0);
-	return ts_lib_etcd_txn(f->etcd, cmps, ops, NULL, won);
+			   json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN), 0);
+	json_object_put(doc);
+	int err = ts_lib_etcd_txn(f->etcd, cmps, ops, NULL, won);
+	if (!err && *won)
+		f->pending_rev = 0; /* the ledger moved past any pending shrink's rev */
+	return err;
 }
 
 /* --- one look: read, reclaim, move our share ------------------------------ */
@@ -202,7 +260,7 @@ struct view {
 	struct ledger ledger;
 	struct etcd_kv *kvs;
 	size_t n;
-	struct fleet_member *m; /* live members, ledger order irrelevant */
+	struct fleet_member *m; /* live members, in key order */
 	size_t nm;
 };
 
@@ -216,14 +274,21 @@ static void view_free(struct view *v)
 	memset(v, 0, sizeof(*v));
 }
 
-/* A member key's demand; a value we cannot read counts as no demand. */
+static int64_t count_of(json_object *o)
+{
+	int64_t v = json_object_is_type(o, json_type_int) ? json_object_get_int64(o) : 0;
+	return v < 0 ? 0 : v > FLEET_COUNT_MAX ? FLEET_COUNT_MAX : v;
+}
+
+/* A member key's demand; what we cannot read counts as no demand, and
+ * counts are clamped (FLEET_COUNT_MAX). */
 static void parse_demand(struct fleet_member *m, const char *value)
 {
 	json_object *doc = json_tokener_parse(value), *held, *bands;
 	if (!doc)
 		return;
 	if (json_object_object_get_ex(doc, "held", &held))
-		m->held = json_object_get_int64(held);
+		m->held = count_of(held);
 	if (json_object_object_get_ex(doc, "bands", &bands) &&
 	    json_object_is_type(bands, json_type_array)) {
 		size_t n = json_object_array_length(bands);
@@ -231,26 +296,28 @@ static void parse_demand(struct fleet_member *m, const char *value)
 			n = FLEET_MAX_BANDS;
 		m->bands = calloc(n ? n : 1, sizeof(*m->bands));
 		for (size_t i = 0; m->bands && i < n; i++) {
-			json_object *pair = json_object_array_get_idx(bands, i);
+			json_object *pair = json_object_array_get_idx(bands, i), *band;
 			if (!json_object_is_type(pair, json_type_array) ||
-			    json_object_array_length(pair) != 2)
+			    json_object_array_length(pair) != 2 ||
+			    !json_object_is_type(band = json_object_array_get_idx(pair, 0),
+						 json_type_int))
 				continue;
-			m->bands[m->nbands].band =
-				(int)json_object_get_int64(json_object_array_get_idx(pair, 0));
-			m->bands[m->nbands++].waiting =
-				json_object_get_int64(json_object_array_get_idx(pair, 1));
+			int64_t b = json_object_get_int64(band);
+			m->bands[m->nbands].band = b < INT32_MIN ? INT32_MIN : b > INT32_MAX ? INT32_MAX : (int)b;
+			m->bands[m->nbands++].waiting = count_of(json_object_array_get_idx(pair, 1));
 		}
 	}
-	if (m->held < 0)
-		m->held = 0;
 	json_object_put(doc);
 }
 
-static int read_view(ts_fleet *f, struct view *v, const char *prefix)
+/* Everything under the prefix: the ledger (ENOENT: none; EPROTO: not one
+ * we trust) and the live members.  A member name is what follows
+ * members/, without '/' (a deeper key is nobody). */
+static int read_view(ts_fleet *f, struct view *v)
 {
 	int64_t rev;
 	memset(v, 0, sizeof(*v));
-	int err = ts_lib_etcd_range_prefix(f->etcd, prefix, &v->kvs, &v->n, &rev);
+	int err = ts_lib_etcd_range_prefix(f->etcd, f->prefix, &v->kvs, &v->n, &rev);
 	if (err)
 		return err;
 	v->m = calloc(v->n ? v->n : 1, sizeof(*v->m));
@@ -266,7 +333,8 @@ static int read_view(ts_fleet *f, struct view *v, const char *prefix)
 				view_free(v);
 				return err;
 			}
-		} else if (!strncmp(kv->key, f->members_prefix, plen) && kv->key[plen]) {
+		} else if (!strncmp(kv->key, f->members_prefix, plen) && kv->key[plen] &&
+			   !strchr(kv->key + plen, '/')) {
 			struct fleet_member *m = &v->m[v->nm++];
 			m->name = kv->key + plen;
 			parse_demand(m, kv->value);
@@ -287,62 +355,78 @@ static bool is_member(const struct view *v, const char *name)
 	return false;
 }
 
-/* Rule 3: drop the shares of members whose key is gone, each compared
- * absent in the same CAS. */
-static int reclaim(ts_fleet *f, struct view *v, bool *wrote)
+static char *joined(const char *a, const char *b, const char *c)
 {
-	json_object *cmps = json_object_new_array(), *ops = json_object_new_array();
+	size_t n = strlen(a) + strlen(b) + strlen(c) + 1;
+	char *s = malloc(n);
+	if (s)
+		snprintf(s, n, "%s%s%s", a, b, c);
+	return s;
+}
+
+/* Rule 3: drop the shares of members whose key is gone, each compared
+ * absent in the same CAS, on a copy.  Returns how many it found dead (the
+ * caller's look ends there, whatever the outcome: its view is stale). */
+static int reclaim(ts_fleet *f, const struct view *v)
+{
+	json_object *doc = NULL, *shares, *cmps, *ops;
 	int dead = 0;
-	*wrote = false;
-	ts_lib_etcd_cmp(cmps, f->ledger_key, "MOD", v->ledger.rev);
-	json_object *names = json_object_new_array();
 	json_object_object_foreach(v->ledger.shares, name, share)
 	{
 		(void)share;
-		if (!is_member(v, name)) {
-			char key[FLEET_MAX_NAME + 512];
-			snprintf(key, sizeof(key), "%s%s", f->members_prefix, name);
+		dead += !is_member(v, name);
+	}
+	if (!dead || json_object_deep_copy(v->ledger.doc, &doc, NULL) || !doc ||
+	    !json_object_object_get_ex(doc, "shares", &shares)) {
+		json_object_put(doc);
+		return dead;
+	}
+	cmps = json_object_new_array();
+	ops = json_object_new_array();
+	ts_lib_etcd_cmp(cmps, f->ledger_key, "MOD", v->ledger.rev);
+	json_object_object_foreach(v->ledger.shares, gone, s)
+	{
+		(void)s;
+		char *key = is_member(v, gone) ? NULL : joined(f->members_prefix, gone, "");
+		if (key) {
 			ts_lib_etcd_cmp(cmps, key, "VERSION", 0);
-			json_object_array_add(names, json_object_new_string(name));
-			dead++;
+			json_object_object_del(shares, gone);
+			free(key);
 		}
 	}
-	if (!dead) {
-		json_object_put(cmps);
-		json_object_put(ops);
-		json_object_put(names);
-		return 0;
-	}
-	for (size_t i = 0; i < json_object_array_length(names); i++)
-		json_object_object_del(v->ledger.shares,
-				       json_object_get_string(json_object_array_get_idx(names, i)));
-	json_object_put(names);
 	ts_lib_etcd_op_put(ops, f->ledger_key,
-			   json_object_to_json_string_ext(v->ledger.doc, JSON_C_TO_STRING_PLAIN),
-			   0);
-	return ts_lib_etcd_txn(f->etcd, cmps, ops, NULL, wrote);
+			   json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN), 0);
+	json_object_put(doc);
+	bool won;
+	if (!ts_lib_etcd_txn(f->etcd, cmps, ops, NULL, &won) && won)
+		f->pending_rev = 0;
+	return dead;
 }
 
-/* Rule 2, shrinking: local first, then the ledger, never below held. */
-static int shrink(ts_fleet *f, struct view *v, int64_t target, bool *wrote)
+/* Rule 2, shrinking: local first, then the ledger, never below held.  An
+ * outcome we cannot know keeps local at the smaller share until the
+ * ledger moves past the revision it compared. */
+static int shrink(ts_fleet *f, const struct view *v, int64_t target, bool *wrote)
 {
 	set_local(f, target);
 	int64_t held = held_now(f), share = held > target ? held : target;
-	if (share >= f->share) {
-		*wrote = false;
+	*wrote = false;
+	if (share >= f->share)
 		return 0;
-	}
 	int err = ledger_write(f, &v->ledger, f->name, share, wrote);
 	if (!err && *wrote) {
 		TS_PROBE3(fleet__share, f, f->share, share);
 		f->share = share;
+	} else if (err) {
+		f->pending_rev = v->ledger.rev;
+		f->pending_share = share;
 	}
 	return err;
 }
 
 /* Rule 1 and rule 2, growing: the ledger first (within its room), then
- * local, and only while fresh. */
-static int grow(ts_fleet *f, struct view *v, int64_t target, bool *wrote)
+ * local, only while fresh. */
+static int grow(ts_fleet *f, const struct view *v, int64_t target, bool *wrote)
 {
 	int64_t room = v->ledger.ceiling - ledger_sum(&v->ledger);
 	int64_t share = f->share + (target - f->share < room ? target - f->share : room);
@@ -395,28 +479,54 @@ static int publish(ts_fleet *f, bool *changed)
 	return err;
 }
 
-/* Renew the lease when due (rule 3's clock).  Lease gone: rejoin. */
-static int join_member_key(ts_fleet *f);
+/* Our member key, created under lease @lease; EADDRINUSE when a live
+ * member (another lease) has it. */
+static int join_member_key(ts_fleet *f, int64_t lease)
+{
+	json_object *cmps = json_object_new_array(), *ops = json_object_new_array();
+	bool won;
+	ts_lib_etcd_cmp(cmps, f->member_key, "VERSION", 0);
+	ts_lib_etcd_op_put(ops, f->member_key, "{\"held\":0,\"bands\":[]}", lease);
+	int err = ts_lib_etcd_txn(f->etcd, cmps, ops, NULL, &won);
+	return err ? err : won ? 0 : EADDRINUSE;
+}
 
+static int64_t lease_seconds(const ts_fleet *f)
+{
+	return (f->lease_ns + 999999999) / 1000000000;
+}
+
+/* Renew the lease when due (rule 3's clock), or at once when our key
+ * went missing (f->rejoin; the look that saw it failed closed).  A live
+ * lease gets our key back under it; a lease gone means fail closed and
+ * rejoin under a new lease, which becomes ours only once our key is back
+ * under it.  Either way the next look reads what the ledger still gives
+ * us. */
 static int renew(ts_fleet *f)
 {
-	int64_t sent = now_ns(), ttl;
-	if (sent < f->next_renewal)
+	int64_t sent = now_ns(), ttl = 0, lease;
+	if (sent < f->next_renewal && !f->rejoin)
 		return 0;
 	int err = ts_lib_etcd_lease_keepalive(f->etcd, f->lease_id, &ttl);
-	if (err) {
-		f->next_renewal = sent + FLEET_TICK_NS;
-		return err;
-	}
-	if (ttl <= 0) {
-		/* Expired: our key is gone and our share may be (rule 3).  A new
-		 * lease, our key back; the ledger says what is still ours. */
-		if ((err = ts_lib_etcd_lease_grant(f->etcd, (f->lease_ns + 999999999) / 1000000000,
-						   &f->lease_id)) ||
-		    (err = join_member_key(f))) {
-			f->next_renewal = sent + FLEET_TICK_NS;
-			return err;
+	if (err)
+		goto retry;
+	if (ttl > 0 && f->rejoin) {
+		if ((err = join_member_key(f, f->lease_id)) && err != EADDRINUSE)
+			goto retry;
+	} else if (ttl <= 0) {
+		f->rejoin = true;
+		set_local(f, 0);
+		ts_lib_etcd_set_deadline(f->etcd, 0);
+		if ((err = ts_lib_etcd_lease_grant(f->etcd, lease_seconds(f), &lease)))
+			goto retry;
+		if ((err = join_member_key(f, lease))) {
+			ts_lib_etcd_lease_revoke(f->etcd, lease);
+			goto retry;
 		}
+		f->lease_id = lease;
+	}
+	if (f->rejoin) {
+		f->rejoin = false;
 		free(f->published);
 		f->published = NULL;
 		TS_PROBE2(fleet__rejoin, f, f->lease_id);
@@ -424,29 +534,53 @@ static int renew(ts_fleet *f)
 	f->fresh_until = sent + f->lease_ns / 2;
 	f->next_renewal = sent + f->lease_ns / 3;
 	return 0;
+retry:
+	f->next_renewal = sent + FLEET_TICK_NS;
+	return err;
 }
 
-/* One look.  Fails closed first, before any network call, and again
- * between calls.  Returns whether anything moves (our demand, a write, a
- * member short of room, an error): then the next look comes sooner. */
-static bool look(ts_fleet *f, const char *prefix)
+/* One look.  Fails closed first, before any network call, and after every
+ * one.  Returns whether anything moves (our demand, a write, a member
+ * short of room, an error): then the next look comes sooner. */
+static bool look(ts_fleet *f)
 {
-	bool changed = true;
-	still_fresh(f);
-	if (renew(f) || !still_fresh(f) || publish(f, &changed) || !still_fresh(f))
-		return true;
+	bool changed = true, wrote = false;
 	struct view v;
-	if (read_view(f, &v, prefix))
+	still_fresh(f);
+	int err = renew(f);
+	if (!still_fresh(f) || err)
 		return true;
-	bool wrote = false;
-	f->members = (int64_t)v.nm;
-	if (!still_fresh(f) || reclaim(f, &v, &wrote) || wrote || !still_fresh(f)) {
+	err = publish(f, &changed);
+	if (err == EPROTO) /* etcd refused our lease: it is gone */
+		f->rejoin = true;
+	if (!still_fresh(f) || err)
+		return true;
+	err = read_view(f, &v);
+	if (err == ENOENT || err == EPROTO)
+		set_local(f, 0); /* no ledger we can trust: nobody new */
+	if (!still_fresh(f) || err) {
+		if (!err)
+			view_free(&v);
+		return true;
+	}
+	atomic_store_explicit(&f->told_members, (int64_t)v.nm, memory_order_relaxed);
+	if (!is_member(&v, f->name)) { /* our key is gone: so may be our share */
+		set_local(f, 0);
+		f->rejoin = true;
 		view_free(&v);
-		return true; /* the ledger moved: the next look starts from it */
+		return true;
+	}
+	if (reclaim(f, &v)) {
+		still_fresh(f);
+		view_free(&v);
+		return true; /* the ledger moved, or may have: start from it */
 	}
 	f->share = ledger_share(&v.ledger, f->name);
-	if (f->local_ceiling > f->share)
-		set_local(f, f->share); /* rule 2, whatever lowered the ledger */
+	if (f->pending_rev && v.ledger.rev != f->pending_rev)
+		f->pending_rev = 0; /* that shrink can no longer land */
+	int64_t cap = f->pending_rev && f->pending_share < f->share ? f->pending_share : f->share;
+	if (f->local_ceiling > cap)
+		set_local(f, cap); /* rule 2, whatever lowered the ledger */
 	int64_t target = f->share;
 	bool needed = false;
 	int64_t *targets = calloc(v.nm ? v.nm : 1, sizeof(*targets));
@@ -467,50 +601,45 @@ static bool look(ts_fleet *f, const char *prefix)
 	}
 	/* A lowered ceiling leaves the shares above it: everyone shrinks. */
 	bool over = ledger_sum(&v.ledger) > v.ledger.ceiling;
-	bool moving = changed || needed || over;
-	if (target < f->share && (needed || over))
-		shrink(f, &v, target, &wrote);
-	else if (target > f->share)
-		moving |= grow(f, &v, target, &wrote) || wrote;
-	else if (f->local_ceiling < f->share && still_fresh(f))
-		set_local(f, f->share); /* fresh again after failing closed */
+	bool moving = changed || needed || over || f->pending_rev;
+	if (target < f->share && (needed || over)) {
+		moving |= shrink(f, &v, target, &wrote) != 0;
+	} else {
+		if (target > f->share)
+			moving |= grow(f, &v, target, &wrote) != 0;
+		/* back from failing closed, or a grow with no room: what the
+		 * ledger gives us is ours to admit */
+		if (!wrote && f->local_ceiling < cap && still_fresh(f))
+			set_local(f, cap);
+	}
 	view_free(&v);
+	still_fresh(f);
 	return moving || wrote;
 }
 
 static void *fleet_thread(void *arg)
 {
 	ts_fleet *f = arg;
-	size_t plen = strlen(f->ledger_key) - strlen("ledger");
-	char *prefix = strndup(f->ledger_key, plen);
 	pthread_mutex_lock(&f->mu);
 	while (!f->stop) {
-		bool moving = !prefix || look(f, prefix);
-		int64_t wake = now_ns() + (moving ? FLEET_TICK_NS : FLEET_IDLE_TICK_NS);
-		if (f->fresh_until > now_ns() && f->fresh_until < wake)
+		bool moving = look(f);
+		int64_t now = now_ns(), wake = now + (moving ? FLEET_TICK_NS : FLEET_IDLE_TICK_NS);
+		if (f->fresh_until > now && f->fresh_until < wake)
 			wake = f->fresh_until; /* fail closed on time */
-		struct timespec ts = { (time_t)(wake / 1000000000), (long)(wake % 1000000000) };
-		while (!f->stop && pthread_cond_timedwait(&f->cv, &f->mu, &ts) == 0)
+		/* the condition variable runs on CLOCK_MONOTONIC */
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		int64_t at = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + (wake - now);
+		ts = (struct timespec){ (time_t)(at / 1000000000), (long)(at % 1000000000) };
+		while (!f->stop && !f->kick && pthread_cond_timedwait(&f->cv, &f->mu, &ts) == 0)
 			;
+		f->kick = false;
 	}
 	pthread_mutex_unlock(&f->mu);
-	free(prefix);
 	return NULL;
 }
 
 /* --- join, resize, share, leave ------------------------------------------- */
-
-/* Our member key, created under our lease; EADDRINUSE when a live member
- * (another lease) has it. */
-static int join_member_key(ts_fleet *f)
-{
-	json_object *cmps = json_object_new_array(), *ops = json_object_new_array();
-	bool won;
-	ts_lib_etcd_cmp(cmps, f->member_key, "VERSION", 0);
-	ts_lib_etcd_op_put(ops, f->member_key, "{\"held\":0,\"bands\":[]}", f->lease_id);
-	int err = ts_lib_etcd_txn(f->etcd, cmps, ops, NULL, &won);
-	return err ? err : won ? 0 : EADDRINUSE;
-}
 
 /* The ledger made by the first member, or checked against ours. */
 static int join_ledger(ts_fleet *f, int64_t ceiling)
@@ -524,26 +653,19 @@ static int join_ledger(ts_fleet *f, int64_t ceiling)
 	int err = ts_lib_etcd_txn(f->etcd, cmps, ops, NULL, &won);
 	if (err || won)
 		return err;
-	struct etcd_kv *kvs;
-	size_t n;
-	int64_t rev;
-	if ((err = ts_lib_etcd_range_prefix(f->etcd, f->ledger_key, &kvs, &n, &rev)))
-		return err;
-	struct ledger l = { 0 };
-	for (size_t i = 0; !err && i < n; i++)
-		if (!strcmp(kvs[i].key, f->ledger_key))
-			err = ledger_parse(&l, &kvs[i]);
-	if (!err)
-		err = !l.doc ? EPROTO : l.ceiling != ceiling ? EEXIST : 0;
-	ledger_free(&l);
-	ts_lib_etcd_kvs_free(kvs, n);
+	struct view v;
+	if ((err = read_view(f, &v)))
+		return err == ENOENT ? EPROTO : err;
+	err = v.ledger.ceiling != ceiling ? EEXIST : 0;
+	view_free(&v);
 	return err;
 }
 
-static bool valid_config(const ts_fleet_config *c)
+static bool valid_config(const ts_turnstile *local, const ts_fleet_config *c)
 {
+	int64_t max = ts_shared_is(local) ? TS_SHARED_CONCURRENCY_MAX : TS_CONCURRENCY_MAX;
 	return c && c->endpoints && *c->endpoints && c->key && c->key[0] == '/' &&
-	       strlen(c->key) < 256 && c->ceiling >= 0 &&
+	       strlen(c->key) < 256 && c->ceiling >= 0 && c->ceiling <= max &&
 	       (c->lease_ns == 0 ||
 		(c->lease_ns >= TS_FLEET_LEASE_MIN_NS && c->lease_ns <= TS_FLEET_LEASE_MAX_NS)) &&
 	       (!c->member || (*c->member && strlen(c->member) <= FLEET_MAX_NAME &&
@@ -556,6 +678,7 @@ static void fleet_free(ts_fleet *f)
 	free(f->ledger_key);
 	free(f->member_key);
 	free(f->members_prefix);
+	free(f->prefix);
 	free(f->name);
 	free(f->published);
 	pthread_mutex_destroy(&f->mu);
@@ -563,18 +686,9 @@ static void fleet_free(ts_fleet *f)
 	free(f);
 }
 
-static char *joined(const char *a, const char *b, const char *c)
-{
-	size_t n = strlen(a) + strlen(b) + strlen(c) + 1;
-	char *s = malloc(n);
-	if (s)
-		snprintf(s, n, "%s%s%s", a, b, c);
-	return s;
-}
-
 TS_API ts_fleet *ts_fleet_join(ts_turnstile *local, const ts_fleet_config *cfg)
 {
-	if (!local || !valid_config(cfg)) {
+	if (!local || !valid_config(local, cfg)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -601,25 +715,25 @@ TS_API ts_fleet *ts_fleet_join(ts_turnstile *local, const ts_fleet_config *cfg)
 	size_t klen = strlen(cfg->key);
 	const char *sep = cfg->key[klen - 1] == '/' ? "" : "/";
 	f->name = strdup(name);
+	f->prefix = joined(cfg->key, sep, "");
 	f->ledger_key = joined(cfg->key, sep, "ledger");
 	f->members_prefix = joined(cfg->key, sep, "members/");
 	f->member_key = f->members_prefix ? joined(f->members_prefix, name, "") : NULL;
-	/* a call waits at most a sixth of the lease: a look stays well
-	 * inside the half lease it may admit for */
+	/* a call waits at most a sixth of the lease (and never past the
+	 * member's deadline: still_fresh) */
 	int64_t timeout = f->lease_ns / 6 < 1000000000 ? f->lease_ns / 6 : 1000000000;
 	int err = 0;
-	if (!f->name || !f->ledger_key || !f->members_prefix || !f->member_key)
+	if (!f->name || !f->prefix || !f->ledger_key || !f->members_prefix || !f->member_key)
 		err = ENOMEM;
 	else if (!(f->etcd = ts_lib_etcd_new(cfg->endpoints, timeout)))
 		err = errno;
 	int64_t sent = now_ns();
 	if (!err)
-		err = ts_lib_etcd_lease_grant(f->etcd, (f->lease_ns + 999999999) / 1000000000,
-					      &f->lease_id);
+		err = ts_lib_etcd_lease_grant(f->etcd, lease_seconds(f), &f->lease_id);
 	if (!err)
 		err = join_ledger(f, cfg->ceiling);
 	if (!err)
-		err = join_member_key(f);
+		err = join_member_key(f, f->lease_id);
 	if (err) {
 		if (f->lease_id)
 			ts_lib_etcd_lease_revoke(f->etcd, f->lease_id);
@@ -630,13 +744,12 @@ TS_API ts_fleet *ts_fleet_join(ts_turnstile *local, const ts_fleet_config *cfg)
 	f->fresh_until = sent + f->lease_ns / 2;
 	f->next_renewal = sent + f->lease_ns / 3;
 	ts_turnstile_resize(local, 0); /* the fleet's from here on (share 0) */
-	char *prefix = strndup(f->ledger_key, strlen(f->ledger_key) - strlen("ledger"));
 	pthread_mutex_lock(&f->mu);
-	for (int i = 0; prefix && i < 3 && f->local_ceiling == 0; i++)
-		look(f, prefix); /* the first share, when the ledger has room */
+	for (int i = 0; i < 3 && f->local_ceiling == 0; i++)
+		look(f); /* the first share, when the ledger has room */
 	pthread_mutex_unlock(&f->mu);
-	free(prefix);
 	if ((err = pthread_create(&f->thread, NULL, fleet_thread, f))) {
+		set_local(f, 0);
 		ts_lib_etcd_lease_revoke(f->etcd, f->lease_id);
 		fleet_free(f);
 		errno = err;
@@ -645,41 +758,48 @@ TS_API ts_fleet *ts_fleet_join(ts_turnstile *local, const ts_fleet_config *cfg)
 	return f;
 }
 
+/* Each call is bounded by the member's deadline while fresh (still_fresh
+ * after each), so holding the lock here never keeps it from failing
+ * closed on time. */
 TS_API int ts_fleet_resize(ts_fleet *f, int64_t ceiling)
 {
-	if (!f || ceiling < 0)
+	if (!f || ceiling < 0 ||
+	    ceiling > (ts_shared_is(f->local) ? TS_SHARED_CONCURRENCY_MAX : TS_CONCURRENCY_MAX))
 		return EINVAL;
 	pthread_mutex_lock(&f->mu);
 	int err = EAGAIN;
 	for (int tries = 0; tries < 20 && err == EAGAIN; tries++) {
-		struct etcd_kv *kvs;
-		size_t n;
-		int64_t rev;
-		struct ledger l = { 0 };
-		if ((err = ts_lib_etcd_range_prefix(f->etcd, f->ledger_key, &kvs, &n, &rev)))
+		struct view v;
+		still_fresh(f);
+		err = read_view(f, &v);
+		still_fresh(f);
+		if (err)
 			break;
-		for (size_t i = 0; !err && i < n; i++)
-			if (!strcmp(kvs[i].key, f->ledger_key))
-				err = ledger_parse(&l, &kvs[i]);
-		ts_lib_etcd_kvs_free(kvs, n);
-		if (!err && !l.doc)
-			err = ENOENT;
-		if (!err) {
-			json_object *cmps = json_object_new_array(), *ops = json_object_new_array();
-			bool won;
-			json_object_object_add(l.doc, "ceiling", json_object_new_int64(ceiling));
-			ts_lib_etcd_cmp(cmps, f->ledger_key, "MOD", l.rev);
-			ts_lib_etcd_op_put(ops, f->ledger_key,
-					   json_object_to_json_string_ext(l.doc,
-									  JSON_C_TO_STRING_PLAIN),
-					   0);
-			err = ts_lib_etcd_txn(f->etcd, cmps, ops, NULL, &won);
-			if (!err && !won)
-				err = EAGAIN; /* a member moved its share meanwhile */
+		json_object *doc = NULL, *cmps, *ops;
+		if (json_object_deep_copy(v.ledger.doc, &doc, NULL) || !doc) {
+			json_object_put(doc);
+			view_free(&v);
+			err = ENOMEM;
+			break;
 		}
-		ledger_free(&l);
+		bool won;
+		json_object_object_add(doc, "ceiling", json_object_new_int64(ceiling));
+		cmps = json_object_new_array();
+		ops = json_object_new_array();
+		ts_lib_etcd_cmp(cmps, f->ledger_key, "MOD", v.ledger.rev);
+		ts_lib_etcd_op_put(ops, f->ledger_key,
+				   json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN), 0);
+		json_object_put(doc);
+		view_free(&v);
+		err = ts_lib_etcd_txn(f->etcd, cmps, ops, NULL, &won);
+		still_fresh(f);
+		if (!err && !won)
+			err = EAGAIN; /* a member moved its share meanwhile */
+		else if (!err)
+			f->pending_rev = 0;
 	}
-	pthread_cond_signal(&f->cv); /* look again now */
+	f->kick = true; /* the thread looks again now */
+	pthread_cond_signal(&f->cv);
 	pthread_mutex_unlock(&f->mu);
 	return err;
 }
@@ -693,17 +813,15 @@ uint64_t ts_lib_fleet_requests(const ts_fleet *f)
 	return n;
 }
 
+/* No lock: never behind a look's etcd calls. */
 TS_API int ts_fleet_share(const ts_fleet *f, int64_t *share, int64_t *members)
 {
 	if (!f)
 		return EINVAL;
-	ts_fleet *m = (ts_fleet *)f; /* for its lock */
-	pthread_mutex_lock(&m->mu);
 	if (share)
-		*share = m->local_ceiling;
+		*share = atomic_load_explicit(&f->told_share, memory_order_relaxed);
 	if (members)
-		*members = m->members;
-	pthread_mutex_unlock(&m->mu);
+		*members = atomic_load_explicit(&f->told_members, memory_order_relaxed);
 	return 0;
 }
 
@@ -717,27 +835,31 @@ TS_API void ts_fleet_leave(ts_fleet *f)
 	pthread_mutex_unlock(&f->mu);
 	pthread_join(f->thread, NULL);
 	/* Nobody new; the share handed back as the holders return, for at
-	 * most the lease (a longer hold is the documented assumption). */
+	 * most the lease (a longer hold is the documented assumption), then
+	 * our entry deleted (a few tries: the revoke below frees it anyway,
+	 * as a reclaim of others then finds our key gone). */
 	set_local(f, 0);
+	ts_lib_etcd_set_deadline(f->etcd, 0); /* closed: calls get their timeout */
 	int64_t end = now_ns() + f->lease_ns;
-	char *prefix = strndup(f->ledger_key, strlen(f->ledger_key) - strlen("ledger"));
+	int deletes = 0;
 	for (;;) {
 		int64_t held = held_now(f);
 		bool done = held <= 0 || now_ns() >= end;
 		struct view v;
-		bool wrote;
+		bool wrote = false;
 		renew(f);
-		if (prefix && !read_view(f, &v, prefix)) {
-			if (done || held < f->share)
-				ledger_write(f, &v.ledger, f->name, done ? -1 : held, &wrote);
+		if (!read_view(f, &v)) {
+			f->share = ledger_share(&v.ledger, f->name);
+			if ((done || held < f->share) &&
+			    !ledger_write(f, &v.ledger, f->name, done ? -1 : held, &wrote) && wrote)
+				f->share = done ? 0 : held;
 			view_free(&v);
 		}
-		if (done)
+		if (done && (wrote || ++deletes >= 3))
 			break;
 		struct timespec ts = { 0, 20000000 };
 		nanosleep(&ts, NULL);
 	}
-	free(prefix);
 	ts_lib_etcd_lease_revoke(f->etcd, f->lease_id); /* deletes our member key */
 	fleet_free(f);
 }

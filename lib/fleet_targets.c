@@ -4,6 +4,7 @@
 
 #include <limits.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,7 +89,7 @@ static void split(const struct fleet_member *m, size_t n, size_t *order, int ban
 		given += g;
 	}
 	while (given < room) {
-		size_t best = n;
+		size_t best = SIZE_MAX; /* an index into @m: n shrinks below */
 		__int128 best_frac = -1;
 		for (size_t k = 0; k < n; k++) {
 			size_t i = order[k];
@@ -99,7 +100,7 @@ static void split(const struct fleet_member *m, size_t n, size_t *order, int ban
 				best_frac = frac;
 			}
 		}
-		if (best == n)
+		if (best == SIZE_MAX)
 			break;
 		targets[best]++;
 		given++;

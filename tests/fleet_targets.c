@@ -88,6 +88,19 @@ static void held_passes_yield_to_a_better_band(void)
 	CHECK(t[0] == 4 && t[1] == 8, "band 0 first: %lld %lld", (long long)t[0], (long long)t[1]);
 }
 
+/* Found by review: the remainder loop lost its place as its list shrank,
+ * so c,a,b named in that order got 0/1/0 of 2. */
+static void the_remainder_is_all_given_in_any_order(void)
+{
+	struct fleet_band one[] = { { 0, 1 } };
+	struct fleet_member m[3] = { { "c", 0, 0, one, 1 }, { "a", 0, 0, one, 1 },
+				     { "b", 0, 0, one, 1 } };
+	int64_t t[3];
+	ts_lib_fleet_targets(2, m, 3, t);
+	CHECK(sum(t, 3) == 2 && t[1] == 1 && t[2] == 1 && t[0] == 0, "%lld %lld %lld",
+	      (long long)t[0], (long long)t[1], (long long)t[2]);
+}
+
 static void order_does_not_matter(void)
 {
 	struct fleet_band x[] = { { 0, 3 }, { 3, 9 } }, y[] = { { 3, 9 } }, z[] = { { 1, 2 } };
@@ -111,6 +124,7 @@ int main(void)
 	a_short_band_splits_in_proportion();
 	held_passes_yield_to_a_better_band();
 	order_does_not_matter();
+	the_remainder_is_all_given_in_any_order();
 	if (failures)
 		return 1;
 	printf("fleet_targets: ok\n");

@@ -25,7 +25,8 @@ if [ ! -x "$bin" ]; then
 		# shellcheck disable=SC2046
 		${CC:-cc} -std=c11 -O1 -g -D_GNU_SOURCE -DTS_BUILDING_LIBRARY "$@" -I"$tmp/include" \
 			-I"$src/include" -I"$src/lib" -I"$pg" $(pkg-config --cflags liburcu-bp liburcu-cds) \
-			"$src/tests/fuzz/pgproxy_fuzz.c" $(ls "$pg"/*.c | grep -v '/main\.c$') "$src"/lib/*.c \
+			"$src/tests/fuzz/pgproxy_fuzz.c" $(ls "$pg"/*.c | grep -v '/main\.c$') \
+			$(ls "$src"/lib/*.c | grep -v -e '/fleet' -e '/etcd\.c$') \
 			$(pkg-config --libs liburcu-bp liburcu-cds) -pthread -o "$tmp/pgproxy_fuzz"
 	}
 	build -fsanitize=address,undefined -fno-sanitize-recover=all 2>/dev/null || build

@@ -5,6 +5,8 @@
 # grow coverage go to a scratch copy of the corpus, not into the repo.
 set -euo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
+# the core library's sources (libturnstile-fleet's need libcurl and json-c)
+core=$(ls "$src"/lib/*.c | grep -v -e '/fleet' -e '/etcd\.c$')
 secs=${FUZZ_SECONDS:-60}
 out=${1:-$src/build/fuzz}
 if ! command -v clang >/dev/null; then
@@ -22,7 +24,7 @@ sed -e "s/@TS_VERSION_MAJOR@/$(part major)/g" -e "s/@TS_VERSION_MINOR@/$(part mi
 clang -std=c11 -O1 -g -D_GNU_SOURCE -DTS_BUILDING_LIBRARY -DTS_LIBFUZZER \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	-I"$out/include" -I"$src/include" -I"$src/lib" $(pkg-config --cflags liburcu-bp liburcu-cds) \
-	"$src"/tests/fuzz/fuzz_ops.c "$src"/lib/*.c \
+	"$src"/tests/fuzz/fuzz_ops.c $core \
 	$(pkg-config --libs liburcu-bp liburcu-cds) -pthread -o "$out/fuzz_ops"
 "$out/fuzz_ops" -max_total_time="$secs" -print_final_stats=1 "$out/corpus" 2>&1 |
 	tee "$out/fuzz.log" | grep -E "^(stat::number_of_executed_units|stat::new_units_added|Done|==)" || true
@@ -37,7 +39,7 @@ find "$src/tests/fuzz/pgproxy-corpus" -maxdepth 1 -type f -exec cp {} "$out/pgpr
 clang -std=c11 -O1 -g -D_GNU_SOURCE -DTS_BUILDING_LIBRARY -DTS_LIBFUZZER \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	-I"$out/include" -I"$src/include" -I"$src/lib" -I"$pg" $(pkg-config --cflags liburcu-bp liburcu-cds) \
-	"$src"/tests/fuzz/pgproxy_fuzz.c $(ls "$pg"/*.c | grep -v '/main\.c$') "$src"/lib/*.c \
+	"$src"/tests/fuzz/pgproxy_fuzz.c $(ls "$pg"/*.c | grep -v '/main\.c$') $core \
 	$(pkg-config --libs liburcu-bp liburcu-cds) -pthread -o "$out/pgproxy_fuzz"
 # Both modes, FUZZ_SECONDS shared between them: the hostile server, and
 # the well-behaved one whose split-invariance check found the class of

@@ -87,7 +87,7 @@ catch|async|MUT_END_NO_LOOK|-DTAKE=0 -DNA=2 -DCEIL=1 -DNG=1 -DDLMASK=1|after the
 catch|async|MUT_LOOK_BEFORE_CLEAR|-DTAKE=0 -DNA=2 -DCEIL=1 -DNG=1 -DDLMASK=1|dispatch looks at the stack and the ready list, then clears signalled (a push in between is lost)
 catch|async|MUT_END_STACK_ONLY|-DTAKE=0 -DNA=3 -DCEIL=0 -DNG=0 -DCXMASK=7 -DCANCELLER=1 -DLCXMASK=2|the last look skips the ready list (nodes a callback cancel collected after the round budget was set)
 catch|async|MUT_OLD_DISPATCH|-DTAKE=0 -DNA=2 -DCEIL=1 -DNG=1 -DDLMASK=1|the dispatch before cc02589: clear signalled, drain the eventfd, one round, write only if still ready
-pass|fleet|two|-DNM=2 -DCEIL=2 -DROUNDS=5|2 members, ceiling 2: grow, shrink, admit, return, cut off, fail closed, expire, rejoin, reclaim in any interleaving
+pass|fleet|two|-DNM=2 -DCEIL=2 -DROUNDS=4|2 members, ceiling 2: grow, shrink (its outcome maybe unknown, applied later), admit, return, cut off, fail closed, expire, rejoin, reclaim in any interleaving
 pass|fleet|ceiling1|-DNM=2 -DCEIL=1 -DROUNDS=6|ceiling 1, longer runs: one pass moving between two members through the ledger
 catch|shared|MUT_REBUILD_TRUSTS_AVAIL|-DNA=2 -DCEIL=1|rebuild adds the records of a dead process back to the stored avail instead of recomputing it (a death between avail and the write of a record)
 catch|shared|MUT_FAST_RETURN_IGNORES_DRAINED|-DNA=2 -DCEIL=1|the fast return ignores DRAINED: a pass parked in a cache while a waiter sleeps forever
@@ -104,6 +104,8 @@ catch|fleet|MUT_SHRINK_LEDGER_FIRST|-DNM=2 -DCEIL=2 -DROUNDS=4|shrink publishes 
 catch|fleet|MUT_RECLAIM_STALE_KEY|-DNM=2 -DCEIL=2 -DROUNDS=7|reclaim trusts the absence of the member key as it read it, not compared at commit: it takes the share of a member that rejoined meanwhile
 catch|fleet|MUT_REJOIN_CACHED_SHARE|-DNM=2 -DCEIL=2 -DROUNDS=7|a member back from a lost lease admits up to the share it had before, not what the ledger gives it now (reclaimed meanwhile)
 catch|fleet|MUT_NO_FAIL_CLOSED|-DNM=2 -DCEIL=2 -DROUNDS=5|a lease may expire before its member stopped admitting: its share is reclaimed while it still admits on it
+catch|fleet|MUT_RECLAIM_EDITS_VIEW|-DNM=2 -DCEIL=2 -DROUNDS=7|a reclaim that lost (the member rejoined) leaves its edit in the view and the same look grows from it: the rejoined member share is deleted while it admits on it (lib/fleet.c before review)
+catch|fleet|MUT_PENDING_IGNORED|-DNM=2 -DCEIL=2 -DROUNDS=5|a shrink whose outcome is unknown is forgotten: the member raises its local ceiling back, then etcd applies the shrink and another member grows into the room (lib/fleet.c before review)
 EOF
 }
 

@@ -38,7 +38,16 @@
  * absence as read, not compared at commit: races a rejoin),
  * REJOIN_CACHED_SHARE (a member back from a lost lease admits up to the
  * share it had, not what the ledger gives it now), NO_FAIL_CLOSED (a lease
- * may expire before its member stopped admitting).
+ * may expire before its member stopped admitting), RECLAIM_EDITS_VIEW (a
+ * reclaim that lost leaves its edit in the view, and the same look grows
+ * from it: found by review), PENDING_IGNORED (a shrink whose outcome is
+ * unknown, applied by etcd later, is forgotten: the member raises its
+ * local ceiling back meanwhile; found by review).
+ *
+ * UNKNOWN OUTCOMES: a shrink's CAS may time out at the client and still be
+ * applied later (its compare checked then: pending[]); until the ledger's
+ * revision moves past the one it compared, the member admits at most the
+ * smaller share, as lib/fleet.c's pending_rev.
  *
  * TIMING, abstracted: "expire only after the member failed closed" holds
  * because look() checks fresh() before every etcd call and before every
@@ -57,6 +66,7 @@
 #endif
 
 byte sh[NM], lc[NM], h[NM], rev, cached[NM];
+byte prev[NM], pshare[NM];   /* a shrink in flight: its compared rev (0: none) */
 bool key[NM], stale[NM], closed[NM];
 
 #define SUMH (h[0] + h[1])
@@ -112,12 +122,16 @@ proctype Member(byte i)
 #ifndef MUT_SHRINK_LEDGER_FIRST
 			atomic { if :: lc[i] > t -> lc[i] = t :: else -> skip fi };
 			atomic { r = rev; held = h[i] };
-			atomic {
+			if
+			:: atomic {
 				if
 				:: rev == r -> sh[i] = (held > t -> held : t); rev++
 				:: else -> skip
 				fi
-			}
+			   }
+			/* the client times out; etcd may apply it later (below) */
+			:: atomic { prev[i] = r + 1; pshare[i] = (held > t -> held : t) }
+			fi
 #else
 			atomic { r = rev; held = h[i] };
 			atomic { if :: rev == r -> sh[i] = (held > t -> held : t); rev++ :: else -> skip fi };
@@ -143,7 +157,19 @@ proctype Member(byte i)
 		:: atomic { !key[i] -> key[i] = true; stale[i] = false; closed[i] = false;
 			    lc[i] = cached[i] }        /* mutation: the share it had */
 #endif
+		/* etcd applies (or, its compare failing, drops) the shrink in flight */
+		:: atomic { prev[i] != 0 ->
+			if :: rev + 1 == prev[i] -> sh[i] = pshare[i]; rev++ :: else -> skip fi;
+			prev[i] = 0 }
+		/* the look's raise to what the ledger gives, capped by a shrink
+		 * in flight while its compare can still hold */
+#ifndef MUT_PENDING_IGNORED
+		:: atomic { key[i] && !stale[i] &&
+			    lc[i] < ((prev[i] != 0 && rev + 1 == prev[i] && pshare[i] < sh[i]) -> pshare[i] : sh[i]) ->
+			    lc[i] = ((prev[i] != 0 && rev + 1 == prev[i] && pshare[i] < sh[i]) -> pshare[i] : sh[i]) }
+#else
 		:: atomic { key[i] && !stale[i] && lc[i] < sh[i] -> lc[i] = sh[i] }
+#endif
 		/* reclaim the other's share: its key compared absent at commit */
 		:: key[i] && !stale[i] && !key[other] && sh[other] > 0 ->
 			atomic { r = rev; k = key[other] };
@@ -153,7 +179,20 @@ proctype Member(byte i)
 #else
 				if :: rev == r && !k -> sh[other] = 0; rev++ :: else -> skip fi
 #endif
-			}
+			};
+#ifdef MUT_RECLAIM_EDITS_VIEW
+			/* the lost reclaim's edit (the other's share gone) stays in the
+			 * view, and the look grows from it: a CAS on the same rev */
+			atomic {
+				if
+				:: rev == r && sh[other] > 0 && CEIL > sh[i] ->
+					sh[i] = CEIL; sh[other] = 0; rev++
+				:: else -> skip
+				fi
+			};
+			atomic { if :: !stale[i] -> lc[i] = sh[i] :: else -> skip fi }
+#endif
+			skip
 		fi
 	:: else -> break
 	od
