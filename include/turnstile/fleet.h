@@ -9,12 +9,12 @@
  * delta: passes held stay held).
  *
  * The invariant: the passes admitted by all members together never exceed
- * the ceiling.  Its one assumption: no pass is held longer than the lease
- * (a member cut off from etcd stops admitting after half the lease, and
- * its share is given to others once the lease has expired: a pass it
- * still holds then counts twice).  Fail closed: with etcd unreachable a
- * member admits within its share for half the lease, then nobody new
- * until etcd answers again.
+ * the ceiling.  Its one assumption: no pass is held longer than half the
+ * lease (a member cut off from etcd stops admitting at half the lease
+ * after its last renewal, and its share may go to others once the lease
+ * has expired, half a lease later: a pass it still holds then counts
+ * twice).  Fail closed: with etcd unreachable a member admits within its
+ * share for half the lease, then nobody new until etcd answers again.
  *
  * Link with -lturnstile-fleet -lturnstile (pkg-config turnstile-fleet). */
 #ifndef TURNSTILE_FLEET_H
@@ -46,12 +46,17 @@ typedef struct ts_fleet_config {
  * From here on the fleet owns @local's ceiling (do not resize it
  * yourself): it is set to 0, then to the member's share as etcd grants it;
  * join returns once the first share is settled, so a lone member admits at
- * once.  A background thread keeps the lease, publishes the demand
- * (passes held and callers queued per band) and moves the share.
+ * once (after at most three looks).  A background thread keeps the lease,
+ * publishes the demand (passes held and callers queued per band) and
+ * moves the share.  Passes already held on @local when it joins are in no
+ * share: join before admitting.
  * Returns the member, or NULL with errno: EINVAL (NULL @local or @cfg, no
- * endpoints or key, a key not starting with '/', a ceiling < 0, a lease
- * outside the bounds above, a member name with '/' or longer than 200
- * bytes), EEXIST (the fleet exists with another ceiling), EADDRINUSE (a
+ * endpoints or key, a key not starting with '/' or of 256 bytes or more,
+ * a ceiling < 0 or above what @local takes (TS_CONCURRENCY_MAX, or
+ * TS_SHARED_CONCURRENCY_MAX for a shared turnstile), a lease outside the
+ * bounds above, a member name with '/' or '"' or longer than 200 bytes),
+ * EEXIST (the fleet exists with another ceiling: a member restarted after
+ * ts_fleet_resize must be given the ceiling as it is now), EADDRINUSE (a
  * live member has this name), ECONNREFUSED or ETIMEDOUT (no etcd endpoint
  * answered), EPROTO (an answer etcd would not send), ENOMEM, or the
  * error of pthread_create.  Thread-safe. */
@@ -59,15 +64,20 @@ TS_API ts_fleet *ts_fleet_join(ts_turnstile *local, const ts_fleet_config *cfg);
 
 /* ts_fleet_resize - set the fleet's ceiling, for every member.  Growing
  * takes effect as members grow their shares; shrinking, as each member
- * sees it (within its next look, about 100 ms): members shrink locally
- * first, and passes already held stay held.  0, EINVAL (NULL @f, @ceiling
- * < 0), or an etcd error as for ts_fleet_join.  Thread-safe. */
+ * sees it (this one at once, the others at their next look: within 100 ms
+ * while shares move, 250 ms at rest): members shrink locally first, and
+ * passes already held stay held, so until then the members may admit
+ * above the new ceiling.  0, EINVAL (NULL @f, @ceiling < 0 or above what
+ * the local turnstile takes), ENOENT (the ledger is gone), EAGAIN (it
+ * kept changing over 20 tries), or an etcd error as for ts_fleet_join.
+ * Blocks for its etcd calls (each at most a sixth of the lease).
+ * Thread-safe. */
 TS_API int ts_fleet_resize(ts_fleet *f, int64_t ceiling);
 
 /* ts_fleet_share - this member's share now (the ceiling its local
  * turnstile admits up to; 0 while it fails closed) and the live members
  * it last saw (itself included).  Either out-pointer may be NULL.  0 or
- * EINVAL (NULL @f).  Thread-safe. */
+ * EINVAL (NULL @f).  Never blocks.  Thread-safe. */
 TS_API int ts_fleet_share(const ts_fleet *f, int64_t *share, int64_t *members);
 
 /* ts_fleet_leave - leave the fleet: admit nobody new, wait (at most the
