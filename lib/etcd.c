@@ -166,7 +166,10 @@ int ts_lib_etcd_call(struct etcd *e, const char *path, json_object *req, json_ob
 	for (int k = 0; body && k < e->nurls; k++) {
 		int i = (e->current + k) % e->nurls;
 		char url[512];
-		long status, budget = (long)(end - mono_ms());
+		/* each endpoint left gets its slice of the time left: one that
+		 * accepts and never answers (a frozen or cut-off node) must not
+		 * eat the time of the live ones after it */
+		long status, budget = (long)(end - mono_ms()) / (e->nurls - k);
 		if (budget <= 0) {
 			err = ETIMEDOUT;
 			break;

@@ -5,9 +5,10 @@
  *
  * One client per member, used by one thread at a time (the member's lock).
  * Every call has a timeout for the whole call: one that fails on one
- * endpoint (refused, timed out, a 5xx) is tried on each of the others
- * while that time lasts, so a lost etcd node or leader costs at most one
- * timeout, never the member.  Results: 0 or a
+ * endpoint (refused, timed out, a 5xx) is tried on each of the others,
+ * each endpoint left getting its slice of the time left, so a node that
+ * refuses, hangs or has lost its leader costs at most its slice, never the
+ * member; the endpoint that answered is tried first from then on.  Results: 0 or a
  * positive errno value — ECONNREFUSED or ETIMEDOUT (no endpoint answered),
  * EPROTO (an answer that is not what etcd sends), ENOMEM. */
 #ifndef TS_LIB_ETCD_H

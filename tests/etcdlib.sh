@@ -8,6 +8,7 @@
 #   etcd_kill N          kill -9 node N
 #   etcd_restart N       start node N again on its data
 #   etcd_leader          the index of the leader now
+#   hung_endpoint N      start the N-th listener that never answers; its URL
 #   ok MSG / fail MSG    a line of the test's log / fail the test
 if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null; then
 	echo "$name: etcd or etcdctl not installed (scripts/deps.sh installs etcd-server, etcd-client): skipped"
@@ -24,6 +25,7 @@ etcd_cleanup() {
 	for i in 0 1 2; do
 		[ -f "$etcd_dir/e$i.pid" ] && kill -9 "$(cat "$etcd_dir/e$i.pid")" 2>/dev/null
 	done
+	for h in "$etcd_dir"/hung*.pid; do [ -f "$h" ] && kill -9 "$(cat "$h")" 2>/dev/null; done
 	if [ $status -ne 0 ]; then
 		for i in 0 1 2; do
 			echo "--- etcd e$i (last lines)"
@@ -90,6 +92,18 @@ etcd_kill() {
 }
 
 etcd_restart() { etcd_node "$1"; }
+
+# A listener that accepts connections and never answers (a frozen etcd
+# node, a partition): hung_endpoint N starts the N-th, prints its URL.
+hung_endpoint() {
+	port=$(free_port)
+	python3 -c 'import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1]))); s.listen(64); held = []
+while True: held.append(s.accept())' "$port" >/dev/null 2>&1 &
+	echo $! >"$etcd_dir/hung$1.pid"
+	echo "http://127.0.0.1:$port"
+}
 
 etcd_leader() {
 	ETCDCTL_API=3 etcdctl --endpoints="$(etcd_endpoints)" --dial-timeout=1s \

@@ -18,7 +18,10 @@
 #   - etcd gone entirely: every member admits nobody new from half a lease
 #     on (fail closed); etcd back: admission resumes;
 #   - ts_fleet_resize: 12 -> 16 for everyone; ts_fleet_leave hands a
-#     member's share back.
+#     member's share back;
+#   - throughout, every member's first two endpoints are listeners that
+#     accept and never answer (frozen etcd nodes): calls go on to the live
+#     endpoints.
 set -eu
 name=fleet
 . "$(dirname "$0")/etcdlib.sh"
@@ -33,7 +36,7 @@ cleanup_hooks=stop_members
 tests/fleet_board "$board" init 12
 b() { tests/fleet_board "$board" "$@"; }
 start_member() { # slot threads band
-	tests/fleet_member --board "$board" --slot "$1" --endpoints "$(etcd_endpoints)" \
+	tests/fleet_member --board "$board" --slot "$1" --endpoints "$hung,$(etcd_endpoints)" \
 		--key "$key" --ceiling 12 --lease-ms "$lease_ms" --threads "$2" --band "$3" \
 		--hold-us 2000 >>"$etcd_dir/member$1.log" 2>&1 &
 	member_pids="$member_pids $!"
@@ -58,6 +61,10 @@ check_bound() {
 now_ms() { date +%s%3N; }
 
 etcd_start
+# every member's first two endpoints accept and never answer (frozen etcd
+# nodes): each call must go on to the live ones within its time, each
+# endpoint taking only its slice of it
+hung="$(hung_endpoint 1),$(hung_endpoint 2)"
 
 # ---- shares follow demand
 b set active 24 0
