@@ -153,7 +153,9 @@ static int post(struct etcd *e, const char *url, const char *body, long budget_m
 	return r == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT : ECONNREFUSED;
 }
 
-int ts_lib_etcd_call(struct etcd *e, const char *path, json_object *req, json_object **resp)
+/* POST @req (consumed) to @path; *@resp is the parsed answer (json_object_put
+ * it).  ETIMEDOUT also when the deadline leaves no time. */
+static int call(struct etcd *e, const char *path, json_object *req, json_object **resp)
 {
 	const char *body = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
 	int err = body ? ECONNREFUSED : ENOMEM;
@@ -292,7 +294,7 @@ int ts_lib_etcd_lease_grant(struct etcd *e, int64_t ttl_s, int64_t *id)
 {
 	json_object *req = json_object_new_object(), *resp;
 	json_object_object_add(req, "TTL", json_object_new_int64(ttl_s));
-	int err = ts_lib_etcd_call(e, "/v3/lease/grant", req, &resp);
+	int err = call(e, "/v3/lease/grant", req, &resp);
 	if (err)
 		return err;
 	*id = get_i64(resp, "ID");
@@ -304,7 +306,7 @@ int ts_lib_etcd_lease_keepalive(struct etcd *e, int64_t id, int64_t *ttl_s)
 {
 	json_object *req = json_object_new_object(), *resp, *result;
 	json_object_object_add(req, "ID", json_object_new_int64(id));
-	int err = ts_lib_etcd_call(e, "/v3/lease/keepalive", req, &resp);
+	int err = call(e, "/v3/lease/keepalive", req, &resp);
 	if (err)
 		return err;
 	if (!json_object_object_get_ex(resp, "result", &result)) {
@@ -320,7 +322,7 @@ int ts_lib_etcd_lease_revoke(struct etcd *e, int64_t id)
 {
 	json_object *req = json_object_new_object(), *resp;
 	json_object_object_add(req, "ID", json_object_new_int64(id));
-	int err = ts_lib_etcd_call(e, "/v3/lease/revoke", req, &resp);
+	int err = call(e, "/v3/lease/revoke", req, &resp);
 	if (!err)
 		json_object_put(resp);
 	return err;
@@ -333,7 +335,7 @@ int ts_lib_etcd_put(struct etcd *e, const char *key, const char *value, int64_t 
 	add_b64(req, "value", value);
 	if (lease)
 		json_object_object_add(req, "lease", json_object_new_int64(lease));
-	int err = ts_lib_etcd_call(e, "/v3/kv/put", req, &resp);
+	int err = call(e, "/v3/kv/put", req, &resp);
 	if (!err)
 		json_object_put(resp);
 	return err;
@@ -378,10 +380,9 @@ static int decode_kv(json_object *o, struct etcd_kv *kv)
 	return 0;
 }
 
-int ts_lib_etcd_range_prefix(struct etcd *e, const char *prefix, struct etcd_kv **kvs, size_t *n,
-			     int64_t *revision)
+int ts_lib_etcd_range_prefix(struct etcd *e, const char *prefix, struct etcd_kv **kvs, size_t *n)
 {
-	json_object *req = json_object_new_object(), *resp, *arr, *hdr;
+	json_object *req = json_object_new_object(), *resp, *arr;
 	char *end = prefix_end(prefix);
 	*kvs = NULL;
 	*n = 0;
@@ -392,10 +393,9 @@ int ts_lib_etcd_range_prefix(struct etcd *e, const char *prefix, struct etcd_kv 
 	add_b64(req, "key", prefix);
 	add_b64(req, "range_end", end);
 	free(end);
-	int err = ts_lib_etcd_call(e, "/v3/kv/range", req, &resp);
+	int err = call(e, "/v3/kv/range", req, &resp);
 	if (err)
 		return err;
-	*revision = json_object_object_get_ex(resp, "header", &hdr) ? get_i64(hdr, "revision") : 0;
 	size_t count = json_object_object_get_ex(resp, "kvs", &arr) &&
 				       json_object_is_type(arr, json_type_array)
 			       ? json_object_array_length(arr)
@@ -438,14 +438,6 @@ void ts_lib_etcd_op_put(json_object *ops, const char *key, const char *value, in
 	json_object_array_add(ops, op);
 }
 
-void ts_lib_etcd_op_delete(json_object *ops, const char *key)
-{
-	json_object *op = json_object_new_object(), *del = json_object_new_object();
-	add_b64(del, "key", key);
-	json_object_object_add(op, "request_delete_range", del);
-	json_object_array_add(ops, op);
-}
-
 int ts_lib_etcd_txn(struct etcd *e, json_object *cmps, json_object *success, json_object *failure,
 		    bool *succeeded)
 {
@@ -454,7 +446,7 @@ int ts_lib_etcd_txn(struct etcd *e, json_object *cmps, json_object *success, jso
 	json_object_object_add(req, "success", success);
 	if (failure)
 		json_object_object_add(req, "failure", failure);
-	int err = ts_lib_etcd_call(e, "/v3/kv/txn", req, &resp);
+	int err = call(e, "/v3/kv/txn", req, &resp);
 	if (err)
 		return err;
 	/* a real boolean only: "false" as a string is not true */

@@ -31,12 +31,9 @@ void ts_lib_etcd_free(struct etcd *e);
  * its timeout: a fleet member's freshness (fleet.c, rule 3). */
 void ts_lib_etcd_set_deadline(struct etcd *e, int64_t deadline_ns);
 
-/* POST @req (consumed) to @path; *@resp is the parsed answer (json_object_put
- * it).  ETIMEDOUT also when the deadline leaves no time. */
 /* Requests sent so far (each endpoint tried counts), for the tests'
  * traffic figures. */
 uint64_t ts_lib_etcd_requests(const struct etcd *e);
-int ts_lib_etcd_call(struct etcd *e, const char *path, json_object *req, json_object **resp);
 
 int ts_lib_etcd_lease_grant(struct etcd *e, int64_t ttl_s, int64_t *id);
 /* *@ttl_s is 0 when the lease is gone (expired or revoked). */
@@ -52,17 +49,15 @@ struct etcd_kv {
 	int64_t create_rev, mod_rev, version, lease;
 };
 
-/* Every key under @prefix (prefix itself included), and the store's
- * revision.  Free with ts_lib_etcd_kvs_free. */
-int ts_lib_etcd_range_prefix(struct etcd *e, const char *prefix, struct etcd_kv **kvs, size_t *n,
-			     int64_t *revision);
+/* Every key under @prefix (prefix itself included).  Free with
+ * ts_lib_etcd_kvs_free. */
+int ts_lib_etcd_range_prefix(struct etcd *e, const char *prefix, struct etcd_kv **kvs, size_t *n);
 void ts_lib_etcd_kvs_free(struct etcd_kv *kvs, size_t n);
 
 /* A transaction's parts: compares and operations, appended to arrays made
  * by json_object_new_array().  @lease 0: none. */
 void ts_lib_etcd_cmp(json_object *cmps, const char *key, const char *target, int64_t value);
 void ts_lib_etcd_op_put(json_object *ops, const char *key, const char *value, int64_t lease);
-void ts_lib_etcd_op_delete(json_object *ops, const char *key);
 /* Run compares (all EQUAL) and then @success, or @failure (may be NULL);
  * consumes the arrays.  *@succeeded: whether the compares held. */
 int ts_lib_etcd_txn(struct etcd *e, json_object *cmps, json_object *success, json_object *failure,

@@ -315,9 +315,8 @@ static void parse_demand(struct fleet_member *m, const char *value)
  * members/, without '/' (a deeper key is nobody). */
 static int read_view(ts_fleet *f, struct view *v)
 {
-	int64_t rev;
 	memset(v, 0, sizeof(*v));
-	int err = ts_lib_etcd_range_prefix(f->etcd, f->prefix, &v->kvs, &v->n, &rev);
+	int err = ts_lib_etcd_range_prefix(f->etcd, f->prefix, &v->kvs, &v->n);
 	if (err)
 		return err;
 	v->m = calloc(v->n ? v->n : 1, sizeof(*v->m));

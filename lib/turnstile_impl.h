@@ -42,6 +42,27 @@ bool ts_lib_shared_closed(const ts_turnstile *t);
 void ts_lib_shared_snapshot(const ts_turnstile *t, int64_t *available, int64_t *waiting);
 int ts_lib_shared_waiting_by_band(const ts_turnstile *t, int *bands, int64_t *waiting, int max);
 
+void ts_lib_shared_free(ts_turnstile *t);
+/* Event-loop waits on a shared handle (async.c): queue a slot told by
+ * @doorbell (0, ESHUTDOWN, ECANCELED, ETIMEDOUT, EAGAIN, EUSERS, or
+ * EINPROGRESS with *@slot); whether its state is final (no lock); settle
+ * it under the lock (GRANTED: the pass is the caller's; CLOSED; QUEUED:
+ * still queued, or withdrawn now when @withdraw); sweep for the dead. */
+int ts_lib_shared_enqueue_async(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
+				ts_cancel *cancel, uint64_t doorbell, uint32_t *slot,
+				ts_pass *pass);
+bool ts_lib_shared_slot_final(const ts_turnstile *t, uint32_t slot);
+uint32_t ts_lib_shared_settle(ts_turnstile *t, uint32_t slot, bool withdraw);
+void ts_lib_shared_poll(ts_turnstile *t);
+int64_t ts_lib_shared_recover_ns(const ts_turnstile *t);
+/* What this registration's passes name as their turnstile. */
+ts_turnstile *ts_lib_shared_pass_name(ts_turnstile *t);
+_Static_assert(offsetof(struct ts_turnstile, word) ==
+		       offsetof(struct ts_private_turnstile_head, word) &&
+	       offsetof(struct ts_turnstile, ceiling_units) ==
+		       offsetof(struct ts_private_turnstile_head, ceiling_units),
+	       "fastpath.h reads the word and the ceiling as the first members");
+
 /* Counting waiters per band for ts_turnstile_waiting_by_band, fed bands in
  * ascending order: the first @max distinct bands are told, all counted. */
 struct band_tally {
@@ -64,26 +85,6 @@ static inline void band_tally_add(struct band_tally *bt, int band)
 	bt->last = band;
 	bt->seen++;
 }
-void ts_lib_shared_free(ts_turnstile *t);
-/* Event-loop waits on a shared handle (async.c): queue a slot told by
- * @doorbell (0, ESHUTDOWN, ECANCELED, ETIMEDOUT, EAGAIN, EUSERS, or
- * EINPROGRESS with *@slot); whether its state is final (no lock); settle
- * it under the lock (GRANTED: the pass is the caller's; CLOSED; QUEUED:
- * still queued, or withdrawn now when @withdraw); sweep for the dead. */
-int ts_lib_shared_enqueue_async(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
-				ts_cancel *cancel, uint64_t doorbell, uint32_t *slot,
-				ts_pass *pass);
-bool ts_lib_shared_slot_final(const ts_turnstile *t, uint32_t slot);
-uint32_t ts_lib_shared_settle(ts_turnstile *t, uint32_t slot, bool withdraw);
-void ts_lib_shared_poll(ts_turnstile *t);
-int64_t ts_lib_shared_recover_ns(const ts_turnstile *t);
-/* What this registration's passes name as their turnstile. */
-ts_turnstile *ts_lib_shared_pass_name(ts_turnstile *t);
-_Static_assert(offsetof(struct ts_turnstile, word) ==
-		       offsetof(struct ts_private_turnstile_head, word) &&
-	       offsetof(struct ts_turnstile, ceiling_units) ==
-		       offsetof(struct ts_private_turnstile_head, ceiling_units),
-	       "fastpath.h reads the word and the ceiling as the first members");
 
 /* A queued caller: its skiplist links and its waiter — on a blocking
  * caller's stack, or inside an event-loop node (async.h). */
