@@ -106,7 +106,31 @@ struct ts_fleet {
 	char *published;       /* our member key's value, as last put */
 	/* what ts_fleet_share tells, without the lock a look holds */
 	_Atomic int64_t told_share, told_members;
+	const ts_turnstile *_Atomic demand; /* ts_fleet_demand_from (NULL: local) */
+	/* what ts_fleet_members tells: the last look's view of the members,
+	 * swapped in whole under seen_mu, which no etcd call is made under */
+	pthread_mutex_t seen_mu;
+	struct seen *seen;
+	size_t nseen;
 };
+
+struct seen {
+	char *name;
+	int64_t share, held;
+	int *bands;
+	int64_t *waiting;
+	int nbands;
+};
+
+static void seen_free(struct seen *s, size_t n)
+{
+	for (size_t i = 0; s && i < n; i++) {
+		free(s[i].name);
+		free(s[i].bands);
+		free(s[i].waiting);
+	}
+	free(s);
+}
 
 /* CLOCK_BOOTTIME: a suspended machine's lease runs on at etcd. */
 static int64_t now_ns(void)
@@ -442,17 +466,32 @@ static int grow(ts_fleet *f, const struct view *v, int64_t target, bool *wrote)
 	return err;
 }
 
+/* Held on @t (the demand's turnstile, not the local one): its ceiling
+ * less its free count, two reads apart, so clamped at 0. */
+static int64_t held_on(const ts_turnstile *t)
+{
+	int64_t avail;
+	ts_turnstile_snapshot(t, &avail, NULL);
+	int64_t held = ts_turnstile_ceiling(t) - avail;
+	return held > 0 ? held : 0;
+}
+
 /* Our member key: our demand now, put when it changed (under our lease);
- * *@changed says whether it did. */
+ * *@changed says whether it did.  The demand is the local turnstile's, or
+ * the one ts_fleet_demand_from named. */
 static int publish(ts_fleet *f, bool *changed)
 {
 	int bands[FLEET_MAX_BANDS];
 	int64_t waiting[FLEET_MAX_BANDS];
-	int nb = ts_turnstile_waiting_by_band(f->local, bands, waiting, FLEET_MAX_BANDS);
+	const ts_turnstile *from = atomic_load_explicit(&f->demand, memory_order_acquire);
+	int nb = ts_turnstile_waiting_by_band(from ? from : f->local, bands, waiting,
+					      FLEET_MAX_BANDS);
 	if (nb > FLEET_MAX_BANDS)
 		nb = FLEET_MAX_BANDS; /* the worst bands beyond go unreported */
+	if (nb < 0)
+		nb = 0; /* ENOMEM: no queue told this time */
 	json_object *doc = json_object_new_object(), *arr = json_object_new_array();
-	int64_t held = held_now(f);
+	int64_t held = from ? held_on(from) : held_now(f);
 	json_object_object_add(doc, "held", json_object_new_int64(held > 0 ? held : 0));
 	for (int i = 0; i < nb; i++) {
 		json_object *pair = json_object_new_array();
@@ -538,6 +577,40 @@ retry:
 	return err;
 }
 
+/* The view's members, copied for ts_fleet_members (on no memory, the
+ * previous copy stays). */
+static void remember(ts_fleet *f, const struct view *v)
+{
+	struct seen *s = calloc(v->nm ? v->nm : 1, sizeof(*s));
+	bool whole = s != NULL;
+	for (size_t i = 0; whole && i < v->nm; i++) {
+		const struct fleet_member *m = &v->m[i];
+		size_t nb = m->bands ? m->nbands : 0;
+		s[i].name = strdup(m->name);
+		s[i].share = ledger_share(&v->ledger, m->name);
+		s[i].held = m->held;
+		s[i].nbands = (int)nb;
+		s[i].bands = calloc(nb ? nb : 1, sizeof(int));
+		s[i].waiting = calloc(nb ? nb : 1, sizeof(int64_t));
+		whole = s[i].name && s[i].bands && s[i].waiting;
+		for (size_t b = 0; whole && b < nb; b++) {
+			s[i].bands[b] = m->bands[b].band;
+			s[i].waiting[b] = m->bands[b].waiting;
+		}
+	}
+	if (!whole) {
+		seen_free(s, v->nm);
+		return;
+	}
+	pthread_mutex_lock(&f->seen_mu);
+	struct seen *old = f->seen;
+	size_t nold = f->nseen;
+	f->seen = s;
+	f->nseen = v->nm;
+	pthread_mutex_unlock(&f->seen_mu);
+	seen_free(old, nold);
+}
+
 /* One look.  Fails closed first, before any network call, and after every
  * one.  Returns whether anything moves (our demand, a write, a member
  * short of room, an error): then the next look comes sooner. */
@@ -575,6 +648,7 @@ static bool look(ts_fleet *f)
 		return true; /* the ledger moved, or may have: start from it */
 	}
 	f->share = ledger_share(&v.ledger, f->name);
+	remember(f, &v);
 	if (f->pending_rev && v.ledger.rev != f->pending_rev)
 		f->pending_rev = 0; /* that shrink can no longer land */
 	int64_t cap = f->pending_rev && f->pending_share < f->share ? f->pending_share : f->share;
@@ -680,6 +754,8 @@ static void fleet_free(ts_fleet *f)
 	free(f->prefix);
 	free(f->name);
 	free(f->published);
+	seen_free(f->seen, f->nseen);
+	pthread_mutex_destroy(&f->seen_mu);
 	pthread_mutex_destroy(&f->mu);
 	pthread_cond_destroy(&f->cv);
 	free(f);
@@ -698,6 +774,7 @@ TS_API ts_fleet *ts_fleet_join(ts_turnstile *local, const ts_fleet_config *cfg)
 		return NULL;
 	}
 	pthread_mutex_init(&f->mu, NULL);
+	pthread_mutex_init(&f->seen_mu, NULL);
 	pthread_condattr_t ca;
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -822,6 +899,32 @@ TS_API int ts_fleet_share(const ts_fleet *f, int64_t *share, int64_t *members)
 	if (members)
 		*members = atomic_load_explicit(&f->told_members, memory_order_relaxed);
 	return 0;
+}
+
+TS_API int ts_fleet_demand_from(ts_fleet *f, const ts_turnstile *t)
+{
+	if (!f)
+		return EINVAL;
+	atomic_store_explicit(&f->demand, t, memory_order_release);
+	return 0;
+}
+
+TS_API int ts_fleet_members(const ts_fleet *f,
+			    void (*fn)(const ts_fleet_member_info *m, void *arg), void *arg)
+{
+	if (!f)
+		return -EINVAL;
+	ts_fleet *m = (ts_fleet *)f; /* for its lock */
+	pthread_mutex_lock(&m->seen_mu);
+	int n = (int)m->nseen;
+	for (size_t i = 0; fn && i < m->nseen; i++) {
+		const struct seen *s = &m->seen[i];
+		ts_fleet_member_info info = { s->name,	  s->share, s->held, s->bands,
+					      s->waiting, s->nbands, !strcmp(s->name, m->name) };
+		fn(&info, arg);
+	}
+	pthread_mutex_unlock(&m->seen_mu);
+	return n;
 }
 
 TS_API void ts_fleet_leave(ts_fleet *f)

@@ -1188,6 +1188,11 @@ bool ts_lib_shared_closed(const ts_turnstile *t)
 }
 
 /* Free passes: the free count plus every cache.  Racy by nature (metrics). */
+int64_t ts_lib_shared_ceiling(const ts_turnstile *t)
+{
+	return atomic_load_explicit(&t->shared->seg->ceiling, memory_order_relaxed);
+}
+
 void ts_lib_shared_snapshot(const ts_turnstile *t, int64_t *available, int64_t *waiting)
 {
 	struct shared_handle *h = t->shared;

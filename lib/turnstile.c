@@ -422,6 +422,13 @@ TS_API int ts_turnstile_waiting_by_band(const ts_turnstile *t, int *bands, int64
 	return bt.seen;
 }
 
+TS_API int64_t ts_turnstile_ceiling(const ts_turnstile *t)
+{
+	if (!t)
+		return 0;
+	return t->shared ? ts_lib_shared_ceiling(t) : turnstile_ceiling(t);
+}
+
 TS_API void ts_turnstile_snapshot(const ts_turnstile *t, int64_t *available,
 				  int64_t *waiting)
 {

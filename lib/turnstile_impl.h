@@ -39,6 +39,7 @@ void ts_lib_shared_return(ts_turnstile *t);
 int ts_lib_shared_resize(ts_turnstile *t, int64_t concurrency);
 void ts_lib_shared_close(ts_turnstile *t);
 bool ts_lib_shared_closed(const ts_turnstile *t);
+int64_t ts_lib_shared_ceiling(const ts_turnstile *t);
 void ts_lib_shared_snapshot(const ts_turnstile *t, int64_t *available, int64_t *waiting);
 int ts_lib_shared_waiting_by_band(const ts_turnstile *t, int *bands, int64_t *waiting, int max);
 

@@ -79,6 +79,15 @@ wait_for '[ "$(b get members 0)" -eq 3 ] && [ "$(b get members 2)" -eq 3 ]' 10 |
 wait_for '[ "$(share 0)" -ge 9 ] && [ "$(share 1)" -ge 1 ] && [ "$(share 2)" -eq 0 ]' 10 ||
 	fail "shares did not follow demand (A 24 clients, B 4, C 0): $(b shares)"
 ok "demand A 24, B 4, C 0: shares $(b shares)"
+# ts_fleet_members: each member lists all three, itself once, the shares
+# within the ceiling, and sees A's callers queued beyond its share
+for slot in 0 1 2; do
+	wait_for "[ \$(b get listed $slot) -eq 3 ] && [ \$(b get listed_waiting $slot) -gt 0 ]" 5 ||
+		fail "member $slot lists $(b get listed $slot) members, $(b get listed_waiting $slot) queued"
+	[ "$(b get listed_self $slot)" -eq 1 ] && [ "$(b get listed_shares $slot)" -le 12 ] ||
+		fail "member $slot: itself listed $(b get listed_self $slot) times, shares sum $(b get listed_shares $slot)"
+done
+ok "ts_fleet_members: 3 members in each member's list, itself once, shares sum <= 12"
 check_bound "with skewed demand"
 
 # ---- etcd traffic per member: requests over a 3 s window (a measuring

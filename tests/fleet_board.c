@@ -30,7 +30,10 @@ static _Atomic int64_t *field(struct board *b, const char *name, int slot)
 		  { "active", &m->active },	    { "share", &m->share },
 		  { "members", &m->members },	    { "admitted", &m->admitted },
 		  { "pid", &m->pid },		    { "left", &m->left },
-		  { "holding", &m->holding },	    { "requests", &m->requests } };
+		  { "holding", &m->holding },	    { "requests", &m->requests },
+		  { "listed", &m->listed },	    { "listed_self", &m->listed_self },
+		  { "listed_shares", &m->listed_shares },
+		  { "listed_waiting", &m->listed_waiting } };
 	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
 		if (!strcmp(f[i].name, name))
 			return f[i].at;

@@ -82,6 +82,19 @@ static void *client(void *arg)
 	return NULL;
 }
 
+struct listing {
+	int64_t self, shares, waiting;
+};
+
+static void count_member(const ts_fleet_member_info *m, void *arg)
+{
+	struct listing *l = arg;
+	l->self += m->self;
+	l->shares += m->share;
+	for (int i = 0; i < m->nbands; i++)
+		l->waiting += m->waiting[i];
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = { { "board", 1, 0, 'b' },	  { "slot", 1, 0, 's' },
@@ -136,6 +149,12 @@ int main(int argc, char **argv)
 		atomic_store(&me->share, share);
 		atomic_store(&me->members, members);
 		atomic_store(&me->requests, (int64_t)ts_lib_fleet_requests(f));
+		struct listing l = { 0 };
+		int n = ts_fleet_members(f, count_member, &l);
+		atomic_store(&me->listed_self, l.self);
+		atomic_store(&me->listed_shares, l.shares);
+		atomic_store(&me->listed_waiting, l.waiting);
+		atomic_store(&me->listed, n);
 		/* the test asks member 0 to resize the fleet (and moves the
 		 * board's ceiling itself: at once for a grow, once the shares
 		 * fit for a shrink) */

@@ -202,6 +202,10 @@ static void waiting_by_band_sorts_the_heap(void)
 	for (int i = 0; i < 5; i++)
 		CHECK_EQ(ts_async_cancel(&node[i]), 0);
 	CHECK_EQ(ts_turnstile_waiting_by_band(t, bands, waiting, 2), 0);
+	/* the ceiling is the segment's, whoever resized it */
+	CHECK_EQ(ts_turnstile_ceiling(t), 0);
+	CHECK_EQ(ts_turnstile_resize(t, 7), 0);
+	CHECK_EQ(ts_turnstile_ceiling(t), 7);
 	CHECK_EQ(ts_notifier_free(n), 0);
 	ts_turnstile_free(t);
 	close(fd);

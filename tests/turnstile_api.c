@@ -123,9 +123,12 @@ Test(turnstile_api, snapshot_reports_free_and_queued)
 		cr_assert_eq(ts_turnstile_wait(t, &claim, 0, NULL, &p[i]), 0);
 	ts_turnstile_snapshot(t, &a, &w);
 	cr_assert(a == 0 && w == 0);
+	cr_assert_eq(ts_turnstile_ceiling(t), 3);
 	cr_assert_eq(ts_turnstile_resize(t, 1), 0);
 	ts_turnstile_snapshot(t, &a, NULL);
 	cr_assert_eq(a, -2);
+	cr_assert_eq(ts_turnstile_ceiling(t), 1); /* held = ceiling - free = 3 */
+	cr_assert_eq(ts_turnstile_ceiling(NULL), 0);
 	for (int i = 0; i < 3; i++)
 		ts_pass_return(&p[i]);
 	cr_assert_eq(available(t), 1);

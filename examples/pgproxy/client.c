@@ -1632,6 +1632,6 @@ void conn_free(struct watch *w)
 	} else if (w->kind == K_CANCEL) {
 		cancel_free(w);
 	} else if (w->kind == K_CLOSER) {
-		procs_closer_free(w);
+		conns_closer_free(w);
 	}
 }

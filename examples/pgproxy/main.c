@@ -424,7 +424,7 @@ static void *loop_run(void *arg)
 				procs_peer_event(l);
 				break;
 			case K_CLOSER:
-				procs_closer_event(w);
+				conns_closer_event(w);
 				break;
 			}
 		}
@@ -433,7 +433,7 @@ static void *loop_run(void *arg)
 		if (sharer && now >= next_share) {
 			next_share = now + SHARE_NS;
 			pools_share();
-			procs_tick();
+			conns_tick();
 		}
 		if (now >= l->next_tick)
 			loop_tick(l, now);
@@ -446,7 +446,7 @@ static void *loop_run(void *arg)
 		}
 	}
 	if (sharer)
-		procs_loops_gone();
+		conns_loops_gone();
 	return NULL;
 }
 

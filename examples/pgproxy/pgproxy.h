@@ -516,24 +516,32 @@ ts_turnstile *procs_conns(int slot);          /* attached at first use */
 int procs_pool_claim(const char *db, int *err); /* the slot naming @db (-1: err) */
 void procs_pool_release(int slot);            /* this worker's pool is gone */
 void procs_pool_logged_in(int slot);
-/* true: close an idle connection of slot @slot for another's conns waiter
- * (then server->close_for = @slot, or procs_close_done if none is idle). */
-bool procs_claim_close(int slot, ts_turnstile *conns);
-void procs_close_done(int slot);
+/* conns.c's counts of closes in flight: this worker's for @slot, and
+ * every worker's. */
+_Atomic int32_t *procs_closing(int slot);
+int64_t procs_closing_all(int slot);
 int64_t procs_pool_size(int slot);
 int procs_pool_resize(const char *db, int64_t size); /* every worker's; ENOENT */
 void procs_request_shutdown(void);            /* the master shuts every worker down */
-/* A closed server connection's fd and conns pass: the pass goes back when
- * the server hangs up (loop 0 watches). */
-void procs_linger(int fd, ts_pass *pass, int close_for);
-void procs_closer_event(struct watch *w);
-void procs_closer_free(struct watch *w);
-void procs_tick(void);                         /* loop 0, every SHARE_NS */
-void procs_loops_gone(void);                   /* at exit: closes linger no more */
 int procs_peer_fd(void);                       /* cancels forwarded to this worker */
 void procs_peer_event(struct loop *l);
 /* A CancelRequest for a client of another worker: sent on (true). */
 bool procs_cancel_elsewhere(int32_t pid, const unsigned char msg[16]);
+
+/* ---------------------------------------------------------------- conns.c */
+
+/* A pass per server connection (--processes, --fleet: p->conn_turns).
+ * true: close an idle connection of slot @slot for its conns demand (then
+ * server->close_for = @slot, or conns_close_done if none is idle). */
+bool conns_claim_close(int slot, ts_turnstile *conns);
+void conns_close_done(int slot);
+/* A closed server connection's fd and conns pass: the pass goes back when
+ * the server hangs up (loop 0 watches). */
+void conns_linger(int fd, ts_pass *pass, int close_for);
+void conns_closer_event(struct watch *w);
+void conns_closer_free(struct watch *w);
+void conns_tick(void);       /* loop 0, every SHARE_NS */
+void conns_loops_gone(void); /* at exit: closes linger no more, passes back */
 
 /* ---------------------------------------------------------------- cancel.c */
 

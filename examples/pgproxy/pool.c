@@ -223,10 +223,10 @@ void pools_share(void)
 		if (!p)
 			continue;
 		atomic_store(&p->size, procs_pool_size(p->id));
-		while (n < BATCH && procs_claim_close(p->id, p->conn_turns)) {
+		while (n < BATCH && conns_claim_close(p->id, p->conn_turns)) {
 			struct server *s = take_idle_other(p, NULL);
 			if (!s) { /* for a worker that has one */
-				procs_close_done(p->id);
+				conns_close_done(p->id);
 				break;
 			}
 			s->close_for = p->id;
@@ -244,7 +244,7 @@ void pool_put_server(struct server *s)
 	int64_t now = ts_now_ns();
 	bool old = P.cfg.lifetime_ns && now - s->created_ns >= P.cfg.lifetime_ns;
 	s->idle_since_ns = now;
-	if (p->conn_turns && procs_claim_close(p->id, p->conn_turns))
+	if (p->conn_turns && conns_claim_close(p->id, p->conn_turns))
 		s->close_for = p->id; /* another worker's waiter wants it more */
 	if (s->close_for >= 0 || s->dirty || old || atomic_load(&p->conns) > atomic_load(&p->size) ||
 	    buf_len(&s->in) ||

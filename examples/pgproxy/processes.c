@@ -20,25 +20,8 @@
  * and once they have, the directory goes.
  *
  * Server connections live in one process each, and the turn may go to a
- * client of any worker.  A worker that holds a turn but has no idle
- * connection for it takes a conns pass and connects; at the ceiling it
- * first waits for one of its own to come back (CONN_PATIENCE_NS), and only
- * then queues on conns, ordered as its transaction's claim.  The demand
- * for closes is the conns queue (and connections above a ceiling RESIZE
- * lowered) less the closes already in flight for it, every worker's own
- * count (a close's pass reaches the queue only once the server has hung
- * up); a worker with an idle connection claims a unit of demand and closes
- * it (loop 0, every SHARE_NS, and whenever one goes idle).  Two workers
- * claiming the last unit at once close one too many, no more.  Such a
- * waiter always finds one: turns and conns have one ceiling, so while it
- * holds a turn and no connection, some connection is idle or on its way
- * back, and the demand stays above zero until a close is in flight.
- *
- * A conns pass goes back only once the server has hung up (EOF on the
- * closed connection, which PostgreSQL sends after the backend has left
- * pg_stat_activity and freed its max_connections slot), or after
- * LINGER_NS: else a connection closed in one worker and made in another
- * would overlap on the server.
+ * client of any worker: conns.c says how a worker's client waits for a
+ * connection's place and who closes one for it.
  *
  * Cancel keys name their worker (the low bits of the proxy's pid for the
  * client); a worker given another's forwards the request as a datagram to
@@ -191,26 +174,17 @@ void procs_pool_release(int slot)
 	table_unlock();
 }
 
-/* Closes wanted for slot @slot's conns queue, not yet in flight. */
-static int64_t demand(int slot, ts_turnstile *conns)
+/* This worker's count of closes in flight for slot @slot's demand, and
+ * every worker's together (conns.c). */
+_Atomic int32_t *procs_closing(int slot) { return &T->w[P.worker].closing[slot]; }
+
+int64_t procs_closing_all(int slot)
 {
-	int64_t avail, waiting;
-	ts_turnstile_snapshot(conns, &avail, &waiting);
-	int64_t d = waiting + (avail < 0 ? -avail : 0);
+	int64_t n = 0;
 	for (int w = 0; w < P.cfg.processes; w++)
-		d -= atomic_load(&T->w[w].closing[slot]);
-	return d;
+		n += atomic_load(&T->w[w].closing[slot]);
+	return n;
 }
-
-bool procs_claim_close(int slot, ts_turnstile *conns)
-{
-	if (demand(slot, conns) <= 0)
-		return false;
-	atomic_fetch_add(&T->w[P.worker].closing[slot], 1);
-	return true;
-}
-
-void procs_close_done(int slot) { atomic_fetch_sub(&T->w[P.worker].closing[slot], 1); }
 
 void procs_pool_logged_in(int slot) { atomic_store(&T->slot[slot].logged_in, true); }
 
@@ -259,127 +233,6 @@ static bool any_ready(void)
 		if (atomic_load(&T->w[w].ready))
 			return true;
 	return false;
-}
-
-/* ---------------------------------------------------------------- lingering closes */
-
-#define LINGER_NS ((int64_t)2000 * 1000000)
-
-/* A closed server connection whose conns pass waits for the server's EOF.
- * Made by any loop's thread, then loop 0's (linger_mu orders the two). */
-struct closer {
-	struct watch w;
-	ts_pass pass;
-	int close_for; /* the slot whose demand it was made for, or -1 */
-	int64_t deadline;
-	struct closer *next;
-};
-
-static pthread_mutex_t linger_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct closer *lingering;
-static bool loops_gone; /* loop 0 has left: nobody would watch */
-static void lingering_drop(void);
-
-/* The pass back, then the demand it met no longer in flight (in that
- * order: the queue shrinks before the count does, so nobody closes twice). */
-static void pass_back(ts_pass *pass, int close_for)
-{
-	ts_pass_return(pass);
-	if (close_for >= 0)
-		procs_close_done(close_for);
-}
-
-void procs_linger(int fd, ts_pass *pass, int close_for)
-{
-	struct closer *k = calloc(1, sizeof(*k));
-	pthread_mutex_lock(&linger_mu);
-	if (!k || loops_gone) { /* back now: the server may see one more briefly */
-		pthread_mutex_unlock(&linger_mu);
-		free(k);
-		close(fd);
-		pass_back(pass, close_for);
-		return;
-	}
-	shutdown(fd, SHUT_WR);
-	k->w = (struct watch){ .kind = K_CLOSER, .fd = fd, .loop = &P.loops[0] };
-	k->pass = *pass;
-	k->close_for = close_for;
-	*pass = (ts_pass)TS_PASS_NONE;
-	k->deadline = ts_now_ns() + LINGER_NS;
-	k->next = lingering;
-	lingering = k;
-	watch_set(&k->w, EPOLLIN | EPOLLRDHUP);
-	pthread_mutex_unlock(&linger_mu);
-}
-
-/* Under linger_mu, on loop 0: the pass back, the closer to the zombies. */
-static void closer_done(struct closer *k)
-{
-	for (struct closer **q = &lingering; *q; q = &(*q)->next)
-		if (*q == k) {
-			*q = k->next;
-			break;
-		}
-	pass_back(&k->pass, k->close_for);
-	watch_close(&k->w);
-}
-
-void procs_closer_event(struct watch *w)
-{
-	struct closer *k = container_of(w, struct closer, w);
-	char junk[4096];
-	ssize_t n;
-	pthread_mutex_lock(&linger_mu);
-	while ((n = recv(w->fd, junk, sizeof(junk), MSG_DONTWAIT)) > 0)
-		; /* a goodbye message, perhaps */
-	if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-		closer_done(k);
-	pthread_mutex_unlock(&linger_mu);
-}
-
-void procs_closer_free(struct watch *w) { free(container_of(w, struct closer, w)); }
-
-/* Loop 0, often: a server that has not hung up within LINGER_NS is
- * counted gone anyway. */
-static void lingering_expire(void)
-{
-	int64_t now = ts_now_ns();
-	pthread_mutex_lock(&linger_mu);
-	for (struct closer *k = lingering, *next; k; k = next) {
-		next = k->next;
-		if (now >= k->deadline) {
-			fprintf(stderr, "pgproxy: a server connection closed %.0f s ago has not hung "
-					"up: counted gone\n", (double)LINGER_NS / 1e9);
-			closer_done(k);
-		}
-	}
-	pthread_mutex_unlock(&linger_mu);
-}
-
-/* At exit: every pass back, with the process's others. */
-static void lingering_drop(void)
-{
-	pthread_mutex_lock(&linger_mu);
-	while (lingering) {
-		struct closer *k = lingering;
-		lingering = k->next;
-		pass_back(&k->pass, k->close_for);
-		close(k->w.fd);
-		free(k);
-	}
-	pthread_mutex_unlock(&linger_mu);
-}
-
-void procs_tick(void) { lingering_expire(); }
-
-/* Loop 0 has left its loop (the others may still run): closes linger no
- * more, and those lingering are counted gone now. */
-void procs_loops_gone(void)
-{
-	pthread_mutex_lock(&linger_mu);
-	loops_gone = true;
-	pthread_mutex_unlock(&linger_mu);
-	lingering_drop();
 }
 
 /* ---------------------------------------------------------------- cancels */
@@ -694,7 +547,6 @@ worker:
 
 void procs_detach(void)
 {
-	lingering_drop();
 	for (int i = 0; i < MAX_POOLS; i++)
 		for (int which = 0; which < 2; which++)
 			if (handles[i][which]) {

@@ -65,11 +65,11 @@ void server_destroy(struct server *s)
 		if (s->state == S_READY) /* tell the server: no "unexpected EOF" in its log */
 			(void)send(s->fd, "X\0\0\0\4", 5, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (ts_pass_issued(&s->conn_pass)) /* --processes */
-			procs_linger(s->fd, &s->conn_pass, s->close_for);
+			conns_linger(s->fd, &s->conn_pass, s->close_for);
 		else
 			close(s->fd);
 	} else if (ts_pass_issued(&s->conn_pass) && s->close_for >= 0) {
-		procs_close_done(s->close_for); /* no server to wait for */
+		conns_close_done(s->close_for); /* no server to wait for */
 	}
 	struct upool *u = s->up;
 	for (unsigned i = 0; i < s->rq_len; i++)

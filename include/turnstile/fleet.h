@@ -20,6 +20,8 @@
 #ifndef TURNSTILE_FLEET_H
 #define TURNSTILE_FLEET_H
 
+#include <stdbool.h>
+
 #include <turnstile/turnstile.h>
 
 #ifdef __cplusplus
@@ -79,6 +81,39 @@ TS_API int ts_fleet_resize(ts_fleet *f, int64_t ceiling);
  * it last saw (itself included).  Either out-pointer may be NULL.  0 or
  * EINVAL (NULL @f).  Never blocks.  Thread-safe. */
 TS_API int ts_fleet_share(const ts_fleet *f, int64_t *share, int64_t *members);
+
+/* ts_fleet_demand_from - publish @t's demand (passes held on it and
+ * callers queued on it, per band) as this member's, instead of the local
+ * turnstile's.  For a member whose callers queue on one turnstile while
+ * the fleet bounds another: a proxy orders transactions on @t and bounds
+ * server connections on the local turnstile, whose passes idle
+ * connections hold too (they are no demand).  The share still never falls
+ * below the passes held on the local turnstile (rule 2 of the protocol).
+ * @t must outlive the member or be replaced first; NULL: the local
+ * turnstile again.  Takes effect at the next look.  0 or EINVAL (NULL
+ * @f).  Never blocks.  Thread-safe. */
+TS_API int ts_fleet_demand_from(ts_fleet *f, const ts_turnstile *t);
+
+/* What ts_fleet_members tells of one member, as its last look read it. */
+typedef struct ts_fleet_member_info {
+	const char *name;
+	int64_t share;          /* its share in the ledger */
+	int64_t held;           /* passes held, as it published them */
+	const int *bands;       /* callers queued: waiting[i] in bands[i], */
+	const int64_t *waiting; /* ascending bands */
+	int nbands;
+	bool self;              /* this member */
+} ts_fleet_member_info;
+
+/* ts_fleet_members - call @fn for each live member, in name order, as this
+ * member's last look at etcd saw them (at most 100 ms old while shares
+ * move, 250 ms at rest; nothing before the first look).  @fn runs under a
+ * lock of @f's view: it must not call ts_fleet_* on @f, and what it is
+ * given lives only for the call.  @fn NULL: only the count.  Returns how
+ * many members were told, or -EINVAL (NULL @f).  Never blocks on etcd.
+ * Thread-safe. */
+TS_API int ts_fleet_members(const ts_fleet *f,
+			    void (*fn)(const ts_fleet_member_info *m, void *arg), void *arg);
 
 /* ts_fleet_leave - leave the fleet: admit nobody new, wait (at most the
  * lease) for the passes held to return while handing the share back as

@@ -93,6 +93,12 @@ TS_API bool ts_turnstile_closed(const ts_turnstile *t);
 TS_API void ts_turnstile_snapshot(const ts_turnstile *t, int64_t *available,
 				  int64_t *waiting);
 
+/* ts_turnstile_ceiling - the ceiling now, as ts_turnstile_new or the last
+ * ts_turnstile_resize set it (for a fleet member, its share); passes held
+ * now are this less the free count of ts_turnstile_snapshot.  An instant's
+ * view.  NULL: 0.  Thread-safe. */
+TS_API int64_t ts_turnstile_ceiling(const ts_turnstile *t);
+
 /* ts_turnstile_waiting_by_band - callers queued now, per band, best band
  * first: up to @max pairs (@bands[i], @waiting[i]) in ascending band
  * order.  Returns how many distinct bands are queued (more than @max:

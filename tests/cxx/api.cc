@@ -96,6 +96,7 @@ int main()
 	int64_t per_band[2];
 	CHECK(ts_turnstile_waiting_by_band(t, bands, per_band, 2) == 0);
 	CHECK(available == 3 && waiting == 0);
+	CHECK(ts_turnstile_ceiling(t) == 3);
 	ts_cancel_fire(&cancel);
 	CHECK(ts_cancel_fired(&cancel));
 	CHECK(ts_turnstile_wait(t, &claim, 0, &cancel, &pass) == ECANCELED);

@@ -30,6 +30,8 @@ int main()
 	int64_t share = -1, members = -1;
 	if (ts_fleet_share(nullptr, &share, &members) != EINVAL || ts_fleet_resize(nullptr, 3) != EINVAL)
 		return std::puts("NULL fleet is not EINVAL"), 1;
+	if (ts_fleet_demand_from(nullptr, t) != EINVAL || ts_fleet_members(nullptr, nullptr, nullptr) != -EINVAL)
+		return std::puts("NULL fleet is not EINVAL (demand_from, members)"), 1;
 	ts_fleet_leave(nullptr);
 	ts_turnstile_free(t);
 	return 0;
