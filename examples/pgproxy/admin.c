@@ -132,6 +132,28 @@ static void show_processes(struct buf *out)
 	command_complete(out, "SHOW");
 }
 
+static void fleet_row(const char *db, const char *member, bool self, int64_t share, int64_t held,
+		      const char *queued, void *arg)
+{
+	char v[6][64];
+	snprintf(v[0], 64, "%s", db);
+	snprintf(v[1], 64, "%s", member ? member : "(joining)");
+	snprintf(v[2], 64, "%s", self ? "yes" : "no");
+	snprintf(v[3], 64, "%lld", (long long)share);
+	snprintf(v[4], 64, "%lld", (long long)held);
+	snprintf(v[5], 64, "%s", queued);
+	data_row(arg, v, 6);
+}
+
+/* Each pool's fleet as its member's last look saw it: one row a member. */
+static void show_fleet(struct buf *out)
+{
+	static const char *cols[] = { "database", "member", "self", "share", "held", "queued" };
+	row_description(out, cols, 6);
+	fleet_each(fleet_row, out);
+	command_complete(out, "SHOW");
+}
+
 static void show_bands(struct buf *out)
 {
 	static const char *cols[] = { "band", "clients", "admitted", "timed_out",
@@ -181,6 +203,11 @@ static void resize(struct buf *out, const char *args)
 		send_error(out, "ERROR", "3D000", "pgproxy: no pool for database \"%s\" (a pool is made when its first client connects)", db);
 		return;
 	}
+	if (err == EAGAIN && P.cfg.fleet.on) {
+		send_error(out, "ERROR", "55000", "pgproxy: RESIZE: the pool for \"%s\" has not joined "
+			   "its fleet yet (or the ledger kept changing): try again", db);
+		return;
+	}
 	if (err) {
 		send_error(out, "ERROR", err == ESHUTDOWN ? "57P01" : "22023", "pgproxy: RESIZE: %s",
 			   ts_strerror(err));
@@ -209,6 +236,8 @@ void admin_query(struct buf *out, const char *sql)
 		show_bands(out);
 	} else if (!strcasecmp(q, "SHOW PROCESSES")) {
 		show_processes(out);
+	} else if (!strcasecmp(q, "SHOW FLEET")) {
+		show_fleet(out);
 	} else if (!strncasecmp(q, "RESIZE ", 7)) {
 		resize(out, q + 7);
 	} else if (!strcasecmp(q, "SHUTDOWN")) {
@@ -217,6 +246,6 @@ void admin_query(struct buf *out, const char *sql)
 	} else {
 		send_error(out, "ERROR", "42601",
 			   "pgproxy admin console: unknown command \"%.100s\" (SHOW POOLS, SHOW BANDS, "
-			   "SHOW PROCESSES, RESIZE db N, SHUTDOWN)", q);
+			   "SHOW PROCESSES, SHOW FLEET, RESIZE db N, SHUTDOWN)", q);
 	}
 }

@@ -5,6 +5,7 @@
  *   pgproxy --listen 127.0.0.1:6433 [--listen /dir] --server 'host=/run/postgresql port=5432'
  *           [--pool-size 4] [--band application_name=NAME:BAND | user=NAME:BAND]...
  *           [--default-band B] [--wait-timeout 5s] [--threads N] [--processes N]
+ *           [--fleet 'endpoints=http://etcd:2379 key=/pgproxy ceiling=12']
  *
  * This file: options, pools, the loop threads, accept, shutdown (a
  * master and its workers: processes.c).  See README.md in this folder for
@@ -36,7 +37,7 @@ static void usage(FILE *f)
 		"usage: pgproxy --listen HOST:PORT [--listen /socket/dir] --server 'host=H port=P [password=W]'\n"
 		"               [--pool-size N] [--band application_name=NAME:BAND] [--band user=NAME:BAND]\n"
 		"               [--default-band B] [--wait-timeout DURATION] [--threads N] [--processes N]\n"
-		"               [--max-prepared N]\n"
+		"               [--max-prepared N] [--fleet 'endpoints=URL[,URL] key=/PREFIX ceiling=N']\n"
 		"               [--client-login-timeout D] [--server-connect-timeout D]\n"
 		"               [--server-idle-timeout D] [--server-lifetime D] [--ignore-startup-parameters P,...]\n"
 		"  --pool-size N        server connections per database, the turnstile's ceiling (default 4)\n"
@@ -48,6 +49,9 @@ static void usage(FILE *f)
 		"  --processes N        N worker processes on one port (SO_REUSEPORT), each with\n"
 		"                       --threads loops, sharing each pool's ceiling and queue; a\n"
 		"                       dead worker is replaced (default: this process alone)\n"
+		"  --fleet SPEC         each database's ceiling shared with every pgproxy given the same\n"
+		"                       key, through etcd: endpoints=URL[,URL...] key=/PREFIX ceiling=N\n"
+		"                       [lease=5s] [member=NAME]; --pool-size is not used (SHOW FLEET)\n"
 		"  --max-prepared N     named prepared statements kept per server connection (0: refused;\n"
 		"                       default 0)\n"
 		"  --client-login-timeout D    close a client that has not logged in after D (default 60s)\n"
@@ -56,7 +60,7 @@ static void usage(FILE *f)
 		"  --server-lifetime D         retire a server connection older than D when idle\n"
 		"                              (default 3600s; 0: never)\n"
 		"  --ignore-startup-parameters P,...  startup parameters to ignore instead of refusing\n"
-		"admin console: psql -h HOST -p PORT pgproxy -c 'SHOW POOLS' (SHOW BANDS, RESIZE db N, SHUTDOWN)\n",
+		"admin console: psql -h HOST -p PORT pgproxy -c 'SHOW POOLS' (SHOW BANDS, SHOW FLEET, RESIZE db N, SHUTDOWN)\n",
 		MAX_BANDS - 1);
 }
 
@@ -176,6 +180,41 @@ static void parse_server(const char *s)
 		else
 			die("--server: unknown key \"%s\" (host, port and password are understood)", key);
 	}
+}
+
+/* --fleet 'endpoints=URL[,URL...] key=/PREFIX ceiling=N [lease=D] [member=NAME]' */
+static void parse_fleet(const char *spec)
+{
+	struct fleet_opts *o = &P.cfg.fleet;
+	char copy[2048], *save, *tok;
+	if (strlen(spec) >= sizeof(copy))
+		die("%s", "--fleet: too long");
+	snprintf(copy, sizeof(copy), "%s", spec);
+	for (tok = strtok_r(copy, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
+		char *eq = strchr(tok, '=');
+		if (!eq || eq == tok || !eq[1])
+			die("--fleet: expected key=value, not \"%s\"", tok);
+		*eq++ = 0;
+		if (!strcmp(tok, "endpoints") && strlen(eq) < sizeof(o->endpoints))
+			snprintf(o->endpoints, sizeof(o->endpoints), "%s", eq);
+		else if (!strcmp(tok, "key") && eq[0] == '/' && strlen(eq) < sizeof(o->key))
+			snprintf(o->key, sizeof(o->key), "%s", eq);
+		else if (!strcmp(tok, "member") && strlen(eq) < sizeof(o->member))
+			snprintf(o->member, sizeof(o->member), "%s", eq);
+		else if (!strcmp(tok, "ceiling"))
+			o->ceiling = parse_int(eq, 1, 10000, "--fleet's ceiling");
+		else if (!strcmp(tok, "lease"))
+			o->lease_ns = parse_duration("--fleet's lease", eq);
+		else if (!strcmp(tok, "endpoints") || !strcmp(tok, "key") || !strcmp(tok, "member"))
+			die("--fleet: %s too long (or a key not starting with '/')", tok);
+		else
+			die("--fleet: unknown key \"%s\" (endpoints, key, ceiling, lease, member)", tok);
+	}
+	if (!o->endpoints[0] || !o->key[0] || !o->ceiling)
+		die("%s", "--fleet needs endpoints=, key= and ceiling=");
+	if (o->lease_ns && (o->lease_ns < 2000000000 || o->lease_ns > (int64_t)3600 * 1000000000))
+		die("%s", "--fleet: lease= is between 2s and 1h");
+	o->on = true;
 }
 
 static void resolve_server(void)
@@ -375,7 +414,7 @@ static void *loop_run(void *arg)
 	struct loop *l = arg;
 	struct epoll_event ev[64];
 	l->next_tick = ts_now_ns() + TICK_NS;
-	bool sharer = l->idx == 0 && P.worker >= 0;
+	bool sharer = l->idx == 0 && (P.worker >= 0 || P.cfg.fleet.on);
 	int64_t next_share = 0;
 	while (!l->stopping || l->nclients || l->ncancels) {
 		int64_t wait_ns = (sharer && next_share < l->next_tick ? next_share : l->next_tick) - ts_now_ns();
@@ -537,6 +576,13 @@ int main(int argc, char **argv)
 			P.cfg.threads = (int)parse_int(v, 1, 64, "--threads");
 		} else if (!strcmp(a, "--processes")) {
 			P.cfg.processes = (int)parse_int(v, 1, MAX_PROCESSES, "--processes");
+		} else if (!strcmp(a, "--fleet")) {
+#ifdef PGPROXY_FLEET
+			parse_fleet(v);
+#else
+			die("%s", "--fleet: this pgproxy was built without libturnstile-fleet "
+				  "(configure found no libcurl or json-c)");
+#endif
 		} else {
 			fprintf(stderr, "pgproxy: unknown option %s\n", a);
 			usage(stderr);
@@ -547,6 +593,11 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (P.cfg.fleet.on && P.cfg.processes)
+		die("%s", "--fleet with --processes is not supported yet: run one pgproxy per "
+			  "fleet member");
+	if (P.cfg.fleet.on)
+		P.cfg.pool_size = (int)P.cfg.fleet.ceiling; /* the fleet's, shared */
 	if (nlistens == 2 && (listens[0][0] == '/') == (listens[1][0] == '/'))
 		die("%s", "--listen: at most one HOST:PORT and one socket directory");
 	if (nlistens == 2 && listens[0][0] == '/') { /* TCP first: the socket file is named after its port */
@@ -594,13 +645,18 @@ int main(int argc, char **argv)
 			snprintf(where[i], sizeof(where[i]), "%s:%d", host, P.cfg.listen_port);
 		}
 	}
-	char procs[64] = "", listening[1024];
+	char procs[64] = "", size[1400], listening[3072];
 	if (P.cfg.processes)
 		snprintf(procs, sizeof(procs), " in each of %d processes", P.cfg.processes);
+	if (P.cfg.fleet.on)
+		snprintf(size, sizeof(size), "fleet ceiling %d at %s/DATABASE over %s",
+			 P.cfg.pool_size, P.cfg.fleet.key, P.cfg.fleet.endpoints);
+	else
+		snprintf(size, sizeof(size), "pool size %d", P.cfg.pool_size);
 	snprintf(listening, sizeof(listening),
-		 "pgproxy: listening on %s%s%s, server %s port %d, pool size %d, %d thread%s%s\n",
+		 "pgproxy: listening on %s%s%s, server %s port %d, %s, %d thread%s%s\n",
 		 where[0], nlistens > 1 ? " and " : "", nlistens > 1 ? where[1] : "",
-		 P.cfg.server_host, P.cfg.server_port, P.cfg.pool_size, P.cfg.threads,
+		 P.cfg.server_host, P.cfg.server_port, size, P.cfg.threads,
 		 P.cfg.threads > 1 ? "s" : "", procs);
 	if (!P.cfg.processes)
 		fputs(listening, stderr);
@@ -654,6 +710,7 @@ int main(int argc, char **argv)
 	if (P.unix_path[0])
 		unlink(P.unix_path);
 	pools_free();
+	fleet_stop(); /* every member left, its share handed back */
 	if (P.worker >= 0)
 		procs_detach();
 	ts_set_free(P.set);

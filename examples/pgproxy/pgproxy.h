@@ -22,6 +22,10 @@
  *              connection, the client-to-server relay
  *   server.c   a server connection's life: connect, startup, the
  *              server-to-client relay and the queue of expected responses
+ *   conns.c    a pass per server connection where others share the ceiling
+ *              (--processes, --fleet): who closes one for a waiter, and
+ *              the pass held until the server has hung up
+ *   fleet.c    --fleet: each pool's connections a fleet member over etcd
  *   cancel.c   cancel keys handed out in BackendKeyData, CancelRequest
  *   watch.c    what a loop watches: epoll registration, freeing after a batch
  *   admin.c    the admin console (database "pgproxy") and band statistics
@@ -179,6 +183,12 @@ struct band_rule {
 	int band;
 };
 
+struct fleet_opts {
+	bool on;
+	char endpoints[1024], key[256], member[128];
+	int64_t ceiling, lease_ns;
+};
+
 struct config {
 	int listen_port;
 	char server_host[256];
@@ -194,6 +204,7 @@ struct config {
 	int max_prepared;
 	int64_t login_timeout_ns, connect_timeout_ns, idle_timeout_ns, lifetime_ns;
 	char ignore_params[512]; /* comma-separated startup parameters to ignore */
+	struct fleet_opts fleet;
 };
 
 /* ---------------------------------------------------------------- pool.c */
@@ -220,7 +231,8 @@ struct pool {
 	int id;
 	char db[NAME_LEN];
 	ts_turnstile *turns;
-	ts_turnstile *conn_turns;           /* --processes: a pass per server connection */
+	ts_turnstile *conn_turns;           /* --processes, --fleet: a pass per server connection */
+	struct member *fleet;               /* --fleet: conn_turns' place in the fleet (fleet.c) */
 	_Atomic int64_t size;               /* the ceiling, as RESIZE last set it */
 	_Atomic int64_t conns;              /* server connections, all users (this process's) */
 	_Atomic int64_t waiting[MAX_BANDS]; /* clients queued for a turn, by band */
@@ -542,6 +554,20 @@ void conns_closer_event(struct watch *w);
 void conns_closer_free(struct watch *w);
 void conns_tick(void);       /* loop 0, every SHARE_NS */
 void conns_loops_gone(void); /* at exit: closes linger no more, passes back */
+
+/* ---------------------------------------------------------------- fleet.c */
+
+/* pool_new (pools_mu held): p->conn_turns made, a member of the fleet at
+ * KEY/p->db once fleet.c's thread has joined it; 0 or ENOMEM/EAGAIN. */
+int fleet_attach(struct pool *p);
+void fleet_detach(struct pool *p);  /* pool_unlist (pools_mu held): it leaves */
+int fleet_resize(struct pool *p, int64_t ceiling); /* RESIZE: the fleet's ceiling */
+/* SHOW FLEET: @row for each member of each pool's fleet (member NULL: not
+ * joined yet, or no look yet). */
+void fleet_each(void (*row)(const char *db, const char *member, bool self, int64_t share,
+			    int64_t held, const char *queued, void *arg),
+		void *arg);
+void fleet_stop(void); /* at exit, after pools_free: every member left */
 
 /* ---------------------------------------------------------------- cancel.c */
 

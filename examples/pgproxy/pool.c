@@ -44,6 +44,17 @@ static struct pool *pool_new(int id, const char *db, int *err)
 		       : ts_turnstile_closed(p->turns) ? ESHUTDOWN
 							: 0;
 		atomic_store(&p->size, procs_pool_size(id));
+	} else if (P.cfg.fleet.on) {
+		/* --fleet: no turn and no connection until fleet.c's thread
+		 * has joined and follows the share (p->size, the turns' ceiling) */
+		snprintf(p->db, sizeof(p->db), "%s", db);
+		p->id = id;
+		*err = ts_set_resize(P.set, id, 0);
+		p->turns = ts_set_turnstile(P.set, id);
+		if (!*err && ts_set_closed(P.set))
+			*err = ESHUTDOWN;
+		if (!*err)
+			*err = fleet_attach(p);
 	} else {
 		/* A freed pool's shard keeps its turnstile, idle: resizing it
 		 * again sets the ceiling for the new database. */
@@ -61,20 +72,39 @@ static struct pool *pool_new(int id, const char *db, int *err)
 	return p;
 }
 
-/* Under pools_mu: slot @id is this process's no more (with --processes,
+/* Under pools_mu: @p's slot is this process's no more (with --processes,
  * the slot may name another database from the moment it is released, so
- * that happens with the local slot freed, under the same lock). */
-static void pool_unlist(int id)
+ * that happens with the local slot freed, under the same lock; with
+ * --fleet, its member leaves). */
+static void pool_unlist(struct pool *p)
 {
-	P.pools[id] = NULL;
+	if (p->fleet)
+		fleet_detach(p);
+	if (P.pools[p->id] == p)
+		P.pools[p->id] = NULL;
 	if (P.worker >= 0)
-		procs_pool_release(id);
+		procs_pool_release(p->id);
 }
 
 static void pool_free(struct pool *p)
 {
 	pthread_mutex_destroy(&p->mu);
 	free(p);
+}
+
+/* A reference taken under pools_mu (p->refs++) to use @p unlocked, given
+ * back: the last one frees a pool no login succeeded on. */
+static void pool_unref(struct pool *p)
+{
+	pthread_mutex_lock(&P.pools_mu);
+	pthread_mutex_lock(&p->mu);
+	bool gone = --p->refs == 0 && !atomic_load(&p->logged_in);
+	pthread_mutex_unlock(&p->mu);
+	if (gone)
+		pool_unlist(p);
+	pthread_mutex_unlock(&P.pools_mu);
+	if (gone)
+		pool_free(p);
 }
 
 struct upool *upool_get(const char *db, const char *user, int *err)
@@ -128,7 +158,7 @@ struct upool *upool_get(const char *db, const char *user, int *err)
 	if (made && u) {
 		P.pools[p->id] = p;
 	} else if (made) {
-		pool_unlist(p->id);
+		pool_unlist(p);
 		pool_free(p);
 	}
 	pthread_mutex_unlock(&P.pools_mu);
@@ -154,7 +184,7 @@ void upool_put(struct upool *u)
 	bool pool_gone = gone && p->refs == 0 && !atomic_load(&p->logged_in);
 	pthread_mutex_unlock(&p->mu);
 	if (pool_gone)
-		pool_unlist(p->id);
+		pool_unlist(p);
 	pthread_mutex_unlock(&P.pools_mu);
 	if (gone) {
 		ts_waitlist_free(u->conns);
@@ -220,9 +250,10 @@ void pools_share(void)
 	pthread_mutex_lock(&P.pools_mu);
 	for (int i = 0; i < MAX_POOLS && n < BATCH; i++) {
 		struct pool *p = P.pools[i];
-		if (!p)
+		if (!p || !p->conn_turns)
 			continue;
-		atomic_store(&p->size, procs_pool_size(p->id));
+		if (P.worker >= 0) /* --fleet: fleet.c follows the share */
+			atomic_store(&p->size, procs_pool_size(p->id));
 		while (n < BATCH && conns_claim_close(p->id, p->conn_turns)) {
 			struct server *s = take_idle_other(p, NULL);
 			if (!s) { /* for a worker that has one */
@@ -306,6 +337,15 @@ int pool_resize(const char *db, int64_t size)
 			p = P.pools[i];
 	/* --processes: the database may have no pool in this worker, but in
 	 * another (the admin console's connection landed here by chance) */
+	if (p && p->fleet) {
+		/* --fleet: the fleet's ceiling, for every member; the share
+		 * follows (not under pools_mu: etcd calls) */
+		p->refs++;
+		pthread_mutex_unlock(&P.pools_mu);
+		int err = fleet_resize(p, size);
+		pool_unref(p);
+		return err;
+	}
 	int err = P.worker >= 0 ? procs_pool_resize(db, size)
 		  : !p		? ENOENT
 				: ts_set_resize(P.set, p->id, size);
@@ -339,15 +379,7 @@ void pools_trim_all(void)
 	pthread_mutex_unlock(&P.pools_mu);
 	for (int i = 0; i < n; i++) {
 		pool_trim(list[i]);
-		pthread_mutex_lock(&P.pools_mu);
-		pthread_mutex_lock(&list[i]->mu);
-		bool gone = --list[i]->refs == 0 && !atomic_load(&list[i]->logged_in);
-		pthread_mutex_unlock(&list[i]->mu);
-		if (gone)
-			pool_unlist(list[i]->id);
-		pthread_mutex_unlock(&P.pools_mu);
-		if (gone)
-			pool_free(list[i]);
+		pool_unref(list[i]);
 	}
 }
 
@@ -368,7 +400,7 @@ void pools_free(void)
 			fprintf(stderr, "pgproxy: pool %s still has users at exit\n", p->db);
 			continue;
 		}
-		pool_unlist(i);
+		pool_unlist(p);
 		pool_free(p);
 	}
 }
