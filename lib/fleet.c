@@ -48,7 +48,8 @@
  * left evenly, so an idle member keeps room for a burst.  A member moves
  * only its own share: down when another member's target is above its
  * share (somebody needs room), up while the ledger has room.  One look
- * per tick (FLEET_TICK_NS while shares move, FLEET_IDLE_TICK_NS at rest),
+ * per tick (FLEET_TICK_NS while shares move, FLEET_IDLE_TICK_NS at rest,
+ * FLEET_SHRINK_TICK_NS while a shrink waits for its holders to return),
  * one etcd range read and, when something changed, one write.
  *
  * FAIL CLOSED.  No renewal for half the lease (etcd gone, a partition, a
@@ -83,6 +84,7 @@
  * the lease (about 5.5 requests/s with the default lease). */
 #define FLEET_TICK_NS ((int64_t)100000000)
 #define FLEET_IDLE_TICK_NS ((int64_t)250000000)
+#define FLEET_SHRINK_TICK_NS ((int64_t)25000000)
 #define FLEET_MAX_BANDS 16
 #define FLEET_MAX_NAME 200
 /* Held and queued counts read from etcd are clamped to this: sums of a
@@ -696,7 +698,13 @@ static void *fleet_thread(void *arg)
 	pthread_mutex_lock(&f->mu);
 	while (!f->stop) {
 		bool moving = look(f);
-		int64_t now = now_ns(), wake = now + (moving ? FLEET_TICK_NS : FLEET_IDLE_TICK_NS);
+		/* a shrink waiting for its holders to fit: they are returning,
+		 * and another member waits for the room */
+		bool shrinking = fresh(f) && f->local_ceiling < f->share;
+		int64_t now = now_ns(),
+			wake = now + (shrinking ? FLEET_SHRINK_TICK_NS
+				      : moving ? FLEET_TICK_NS
+					       : FLEET_IDLE_TICK_NS);
 		if (f->fresh_until > now && f->fresh_until < wake)
 			wake = f->fresh_until; /* fail closed on time */
 		/* the condition variable runs on CLOCK_MONOTONIC */

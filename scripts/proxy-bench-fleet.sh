@@ -1,0 +1,238 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# pgproxy --fleet measured against what operators do today, on one
+# throwaway cluster and a real 3-node etcd on loopback, 12 server
+# connections in all:
+#   (f) three pgproxies --fleet ceiling=12: one ceiling, shares by demand
+#   (b) three pgbouncers, default_pool_size 4 each: 4 + 4 + 4, fixed
+#
+# The moving load: for SECONDS (10), instance A has 24 clients and B 4,
+# C none; then the whole load moves to C (28 clients) for SECONDS more.
+# Each transaction holds its connection about 4 ms (BEGIN; a SELECT by key;
+# pg_sleep(0.004); END), so connections, not CPUs, bound the throughput.
+# Measured: transactions per second over both phases; the most server
+# connections at once across the three (pg_stat_activity sampled every
+# 2 ms); for (f), how long from C's first queued client (the load has
+# moved) until C's share reached 10 (SHOW FLEET, polled every 20 ms), and etcd's requests per second per member
+# (etcd's own gRPC counters, all three nodes) under this load and at rest.
+#
+# Overhead: one pgproxy alone in its fleet against one without --fleet,
+# both with ceiling 12, pgbench -S -c 16 for SECONDS.
+#
+# REPEATS (3) times, configurations alternating; medians (min-max).
+# Writes OUT/proxy-bench-fleet.md (OUT: docs, or results/proxy-bench with
+# --quick).
+#   scripts/proxy-bench-fleet.sh [--quick] [--seconds S] [--repeats R] [--out DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+top=$PWD
+
+seconds=10 repeats=3 out=docs
+usage() { echo "usage: scripts/proxy-bench-fleet.sh [--quick] [--seconds S] [--repeats R] [--out DIR]" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+	case $1 in
+	--quick) seconds=5 repeats=1 out=results/proxy-bench ;;
+	--seconds) seconds=$2; shift ;;
+	--repeats) repeats=$2; shift ;;
+	--out) out=$2; shift ;;
+	*) usage ;;
+	esac
+	shift
+done
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+. scripts/proxy-bench-lib.sh
+name=proxy-bench-fleet
+cleanup_hooks=cleanup # etcdlib.sh's exit trap runs the cluster's cleanup too
+. tests/etcdlib.sh
+etcd_start
+if "$proxy" --fleet key=/x 2>&1 | grep -q 'built without'; then
+	echo "proxy-bench: pgproxy was built without libturnstile-fleet (libcurl, json-c)" >&2
+	exit 1
+fi
+
+psql -X -q -h "$work" -f tests/max_server_conns.sql postgres
+sample_start() {
+	psql -X -q -h "$work" -c 'delete from sample_stop' postgres
+	psql -X -Atc "select max_server_conns('$1')" -h "$work" postgres >"$work/max" &
+	sampler=$!
+}
+sample_max() { # sets max (not in a $(...): the sampler is this shell's child)
+	psql -X -q -h "$work" -c 'insert into sample_stop default values' postgres
+	wait "$sampler"
+	max=$(cat "$work/max")
+}
+cat >"$work/hold.sql" <<'EOF'
+\set aid random(1, 1000000)
+BEGIN;
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
+SELECT pg_sleep(0.004);
+END;
+EOF
+
+# every configuration its own user: the sampler counts its connections only
+printf '"%s" ""\n' bench bench_f bench_b >"$work/users.txt"
+for k in f b s n; do
+	psql -X -q -h "$work" -c "create role bench_$k login; grant select on pgbench_accounts, pgbench_branches to bench_$k" postgres
+done
+declare -A port
+for m in A B C; do
+	port[b$m]=$(free_port)
+	cat >"$work/b$m.ini" <<EOF
+[databases]
+* = host=$work port=5432
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = ${port[b$m]}
+unix_socket_dir =
+auth_type = trust
+auth_file = $work/users.txt
+pool_mode = transaction
+default_pool_size = 4
+max_client_conn = 500
+logfile = $work/b$m.log
+pidfile = $work/b$m.pid
+EOF
+done
+[ "$(id -u)" -ne 0 ] || chown postgres "$work"/b?.ini "$work/users.txt"
+for m in A B C; do as_owner pgbouncer -d "$work/b$m.ini"; done
+
+start_pgproxy() { # name args...: sets port[name]
+	local name=$1
+	shift
+	"$proxy" --listen 127.0.0.1:0 --server "host=$work port=5432" "$@" 2>"$work/$name.log" &
+	pids+=("$!")
+	within 20 grep -q 'listening on' "$work/$name.log"
+	port[$name]=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$work/$name.log")
+}
+for m in A B C; do
+	start_pgproxy "f$m" --fleet "endpoints=$(etcd_endpoints) key=/bench/fleet ceiling=12 member=$m"
+done
+start_pgproxy s --fleet "endpoints=$(etcd_endpoints) key=/bench/solo ceiling=12 member=solo"
+start_pgproxy n --pool-size 12
+for k in fA fB fC bA bB bC; do # warm every pool (a fleet's first login joins it)
+	PGUSER=bench_${k:0:1} pgbench -n -c 4 -t 20 -S -h 127.0.0.1 -p "${port[$k]}" postgres >/dev/null
+done
+for k in s n; do PGUSER=bench_$k pgbench -n -c 4 -t 20 -S -h 127.0.0.1 -p "${port[$k]}" postgres >/dev/null; done
+
+fleet_self() { # SHOW FLEET on proxy $1: its own row (database|member|self|share|held|queued)
+	psql -X -h 127.0.0.1 -p "${port[$1]}" -Atc 'SHOW FLEET' pgproxy 2>/dev/null |
+		awk -F'|' '$1 == "postgres" && $3 == "yes"'
+}
+# etcd's gRPC requests so far, all nodes (the JSON gateway calls gRPC)
+etcd_requests() {
+	local total=0 n
+	for c in $(etcd_endpoints | tr ',' ' '); do
+		n=$(python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1] + "/metrics", timeout=5).read().decode())' "$c" |
+			awk '/^grpc_server_started_total/ { s += $NF } END { printf "%.0f\n", s }')
+		total=$((total + n))
+	done
+	echo "$total"
+}
+txns() { sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$1"; }
+bench() { # config instance clients log
+	PGUSER=bench_$1 exec pgbench -n -c "$3" -j 2 -T "$seconds" -f "$work/hold.sql" \
+		-h 127.0.0.1 -p "${port[$1$2]}" postgres >"$4" 2>&1
+}
+
+moving() { # config repeat
+	local k=$1 rep=$2 d=$work/moving.$1.$2 r0 t0 t1 follow=-
+	mkdir -p "$d"
+	sample_start "bench_$k"
+	r0=$(etcd_requests)
+	t0=$(now_ms)
+	bench "$k" A 24 "$d/a.out" &
+	local pa=$!
+	bench "$k" B 4 "$d/b.out" &
+	local pb=$!
+	wait "$pa" "$pb"
+	local tm=$(now_ms)
+	bench "$k" C 28 "$d/c.out" &
+	local pc=$!
+	if [ "$k" = f ]; then # from C's first queued client to C's share at 10, polled
+		local tq=
+		while kill -0 "$pc" 2>/dev/null; do
+			row=$(fleet_self fC)
+			[ -n "$tq" ] || [ -z "$(echo "$row" | cut -d'|' -f6)" ] || tq=$(now_ms)
+			if [ -n "$tq" ] && [ "$(echo "$row" | cut -d'|' -f4)" -ge 10 ] 2>/dev/null; then
+				follow=$(($(now_ms) - tq))
+				break
+			fi
+			sleep 0.02
+		done
+	fi
+	wait "$pc"
+	t1=$(now_ms)
+	sample_max
+	for f in a b c; do failed_ok "$d/$f.out"; done
+	local n=$(($(txns "$d/a.out") + $(txns "$d/b.out") + $(txns "$d/c.out")))
+	record moving "$k" tps "$(echo "$n $t0 $t1" | awk '{ printf "%.0f", $1 * 1000 / ($3 - $2) }')"
+	record moving "$k" "max server conns" "$max"
+	if [ "$k" = f ]; then
+		record moving f "share follows ms" "$follow"
+		record moving f "etcd req/s/member" "$(echo "$(($(etcd_requests) - r0)) $t0 $t1" |
+			awk '{ printf "%.1f", $1 * 1000 / ($3 - $2) / 3 }')"
+	fi
+	echo "proxy-bench: moving $k repeat $rep: $(grep -P "^moving\t$k\t" "$results" | tail -n 4 | cut -f3,4 | tr '\t\n' '= ')"
+}
+
+overhead() { # config repeat
+	local k=$1 o=$work/overhead.$1.$2.out
+	PGUSER=bench_$k pgbench -n -c 16 -j 2 -T "$seconds" -S -h 127.0.0.1 -p "${port[$k]}" postgres >"$o" 2>&1
+	failed_ok "$o"
+	record overhead "$k" tps "$(tps_of "$o")"
+}
+
+at_rest() { # the three members, no load, over SECONDS
+	local r0 t0
+	r0=$(etcd_requests)
+	t0=$(now_ms)
+	sleep "$seconds" # the window measured, not a synchronisation
+	record rest f "etcd req/s/member" "$(echo "$(($(etcd_requests) - r0)) $t0 $(now_ms)" |
+		awk '{ printf "%.1f", $1 * 1000 / ($3 - $2) / 4 }')"
+}
+
+for r in $(seq 1 "$repeats"); do
+	if [ $((r % 2)) -eq 1 ]; then order="f b" solo="s n"; else order="b f" solo="n s"; fi
+	for k in $order; do moving "$k" "$r"; done
+	for k in $solo; do overhead "$k" "$r"; done
+	at_rest
+done
+
+ratio() { echo "$1 $2" | awk '{ printf "%.2f", $1 / $2 }'; }
+report=$out/proxy-bench-fleet.md
+{
+	echo "# pgproxy --fleet against fixed pools"
+	echo
+	echo "\`scripts/proxy-bench-fleet.sh$([ "$seconds" = 10 ] && [ "$repeats" = 3 ] || echo " --seconds $seconds --repeats $repeats")\`," \
+		"$(date -u +%Y-%m-%d), $(nproc) vCPUs, PostgreSQL $(postgres --version | awk '{ print $3 }')," \
+		"etcd $(etcd --version | awk '/etcd Version/ { print $3 }') (3 nodes on loopback); ${repeats} repeat(s)" \
+		"alternating; median (min-max) over repeats."
+	echo
+	echo "The moving load: A 24 clients and B 4 for ${seconds} s, then all 28 on C for ${seconds} s."
+	echo "A transaction holds its connection about 4 ms (a SELECT by key and \`pg_sleep(0.004)\`)."
+	echo
+	echo "| configuration | tps | max server connections (12 allowed) | C's share at 10, from its first queued client | etcd requests/s per member |"
+	echo "|---|---:|---:|---:|---:|"
+	echo "| (f) 3 × pgproxy --fleet ceiling=12 | $(med moving f tps) | $(med moving f 'max server conns') |" \
+		"$(med moving f 'share follows ms') ms | $(med moving f 'etcd req/s/member') |"
+	echo "| (b) 3 × pgbouncer $(pgbouncer --version | head -1 | awk '{ print $2 }'), pool 4 each | $(med moving b tps) |" \
+		"$(med moving b 'max server conns') | - | - |"
+	echo
+	echo "(f) against (b): $(ratio "$(val moving f tps)" "$(val moving b tps)")× the transactions per second."
+	echo "At rest, the three members and the lone one: $(med rest f 'etcd req/s/member') etcd requests/s per member."
+	echo
+	echo "## One member alone: the cost of --fleet"
+	echo
+	echo "pgbench -S -c 16, ${seconds} s; ceiling 12 in both."
+	echo
+	echo "| configuration | tps |"
+	echo "|---|---:|"
+	echo "| pgproxy --fleet ceiling=12, alone in its fleet | $(med overhead s tps) |"
+	echo "| pgproxy --pool-size 12 | $(med overhead n tps) |"
+	echo
+	echo "With --fleet: $(ratio "$(val overhead s tps)" "$(val overhead n tps)")× the tps without it."
+} >"$report"
+cat "$report"
+echo "table: $report"
