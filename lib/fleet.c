@@ -700,7 +700,7 @@ static void *fleet_thread(void *arg)
 		bool moving = look(f);
 		/* a shrink waiting for its holders to fit: they are returning,
 		 * and another member waits for the room */
-		bool shrinking = fresh(f) && f->local_ceiling < f->share;
+		bool shrinking = fresh(f) && !f->pending_rev && f->local_ceiling < f->share;
 		int64_t now = now_ns(),
 			wake = now + (shrinking ? FLEET_SHRINK_TICK_NS
 				      : moving ? FLEET_TICK_NS

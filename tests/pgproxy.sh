@@ -150,6 +150,21 @@ grep -q 'canceling statement due to user request' "$data/cancel.out" ||
 within 5 pool_is 3 0 || fail "the cancelled client still holds its pass"
 ok "CancelRequest (psql on SIGINT) stops pg_sleep(60) through the proxy in $elapsed ms"
 
+# ---- a client gone mid-query: the proxy cancels the query before it closes
+# the connection (a busy backend reads no Terminate, and would outlive the
+# pass of its connection)
+via_bg -c 'select pg_sleep(60)' postgres >/dev/null 2>&1 &
+sleeper=$!
+within 10 server_conns_is "and state = 'active' and query = 'select pg_sleep(60)'" -eq 1 ||
+	fail "the pg_sleep(60) query did not start"
+t0=$(now_ms)
+kill -KILL "$sleeper"
+wait "$sleeper" 2>/dev/null || true
+within 5 server_conns_is "and query = 'select pg_sleep(60)'" -eq 0 ||
+	fail "a client killed mid-query: its backend still runs pg_sleep(60)"
+elapsed=$(($(now_ms) - t0))
+ok "a client killed mid-query: its backend is cancelled and gone after $elapsed ms"
+
 # ---- a client that disconnects inside a transaction costs that connection
 start_scripted intx
 echo "begin; insert into shutdown_check values (-2); select 'in transaction';" >&3

@@ -63,6 +63,10 @@ for m in A B C; do via_m=$(port_of $m); psql -X -h 127.0.0.1 -p "$via_m" -Atc 's
 within 10 sh -c "[ \$(psql -X -h 127.0.0.1 -p $port_A -Atc 'SHOW FLEET' pgproxy | grep -c '^postgres|') -eq 3 ]" ||
 	fail "SHOW FLEET on A: $(fleet_rows A)"
 ok "three members: $(fleet_rows A | tr '\n' ' ')"
+# a database name with '/' would name another fleet's keys in etcd
+out=$(psql -X -h 127.0.0.1 -p "$port_A" -Atc 'select 1' 'postgres/members' 2>&1 || true)
+echo "$out" | grep -q "has no fleet" || fail "a database named postgres/members: $out"
+ok "a database name with '/' is refused: $(echo "$out" | grep -o 'pgproxy: database.*')"
 
 sample_start
 # ---- skewed: A 12 clients, B 3, C none

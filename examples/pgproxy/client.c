@@ -259,6 +259,12 @@ static void client_startup(struct client *c)
 	if (!(c->up = upool_get(c->db, c->user, &err))) {
 		if (err == ESHUTDOWN)
 			client_fatal(c, "57P01", "pgproxy is shutting down");
+		else if (err == EINVAL) /* --fleet: the name would be another key */
+			client_fatal(c, "3D000", "pgproxy: database \"%s\": a name with '/' has no fleet",
+				     c->db);
+		else if (err == EBUSY)
+			client_fatal(c, "53300", "pgproxy: too many databases with no login yet (at most "
+						 "%d joining their fleets at once): try again", FLEET_UNVOUCHED_MAX);
 		else
 			client_fatal(c, "53300", "pgproxy: cannot make a pool for database \"%s\": %s", c->db,
 				     err == ENOSPC ? "too many databases" : strerror(err));
@@ -623,11 +629,18 @@ static void client_let_go(struct client *c)
 		ts_pass_return(&c->pass);
 		break;
 	case C_CONNECTING:
-	case C_LINKED:
-		/* mid-transaction or half made: the connection's state is unknown */
-		server_destroy(client_unhook(c));
+	case C_LINKED: {
+		/* mid-transaction or half made: the connection's state is
+		 * unknown.  A backend still running a query reads no Terminate
+		 * until it ends, and its pass may go back before it exits
+		 * (conns.c's LINGER_NS): cancel the query first. */
+		struct server *s = client_unhook(c);
+		if (s->state == S_READY && !server_idle(s))
+			cancel_forward(c->w.loop, s->pid, s->key);
+		server_destroy(s);
 		ts_pass_return(&c->pass);
 		break;
+	}
 	default:
 		break;
 	}

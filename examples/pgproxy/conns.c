@@ -26,6 +26,7 @@
  * LINGER_NS: else a connection closed here and made elsewhere would
  * overlap on the server, above the ceiling. */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -78,6 +79,22 @@ static struct closer *lingering;
 static bool loops_gone; /* loop 0 has left: nobody would watch */
 static void lingering_drop(void);
 
+/* With no loop left to watch: wait here for the server's EOF, until
+ * @deadline at most (at exit only, where blocking harms nobody). */
+static void await_hangup(int fd, int64_t deadline)
+{
+	char junk[4096];
+	for (;;) {
+		int64_t left = deadline - ts_now_ns();
+		struct pollfd p = { .fd = fd, .events = POLLIN | POLLRDHUP };
+		if (left <= 0 || poll(&p, 1, (int)(left / 1000000) + 1) < 0)
+			return;
+		ssize_t n = recv(fd, junk, sizeof(junk), MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+			return;
+	}
+}
+
 /* The pass back, then the demand it met no longer in flight (in that
  * order: the queue shrinks before the count does, so nobody closes twice). */
 static void pass_back(ts_pass *pass, int close_for)
@@ -91,14 +108,15 @@ void conns_linger(int fd, ts_pass *pass, int close_for)
 {
 	struct closer *k = calloc(1, sizeof(*k));
 	pthread_mutex_lock(&linger_mu);
-	if (!k || loops_gone) { /* back now: the server may see one more briefly */
+	shutdown(fd, SHUT_WR);
+	if (!k || loops_gone) { /* nobody to watch: wait for the hang-up here */
 		pthread_mutex_unlock(&linger_mu);
 		free(k);
+		await_hangup(fd, ts_now_ns() + LINGER_NS);
 		close(fd);
 		pass_back(pass, close_for);
 		return;
 	}
-	shutdown(fd, SHUT_WR);
 	k->w = (struct watch){ .kind = K_CLOSER, .fd = fd, .loop = &P.loops[0] };
 	k->pass = *pass;
 	k->close_for = close_for;
@@ -154,13 +172,16 @@ static void lingering_expire(void)
 	pthread_mutex_unlock(&linger_mu);
 }
 
-/* At exit: every pass back, with the process's others. */
+/* At exit: every pass back once its server has hung up (or its time is
+ * up), so no other process or proxy opens one more on the server
+ * meanwhile. */
 static void lingering_drop(void)
 {
 	pthread_mutex_lock(&linger_mu);
 	while (lingering) {
 		struct closer *k = lingering;
 		lingering = k->next;
+		await_hangup(k->w.fd, k->deadline);
 		pass_back(&k->pass, k->close_for);
 		close(k->w.fd);
 		free(k);
@@ -170,8 +191,9 @@ static void lingering_drop(void)
 
 void conns_tick(void) { lingering_expire(); }
 
-/* Loop 0 has left its loop (the others may still run): closes linger no
- * more, and those lingering are counted gone now. */
+/* Loop 0 has left its loop (the others may still run): closes wait for
+ * their hang-up where they are made, and those lingering are waited for
+ * now. */
 void conns_loops_gone(void)
 {
 	pthread_mutex_lock(&linger_mu);

@@ -18,9 +18,18 @@
  * this thread; until the first share its clients queue (their wait
  * timeout runs).  etcd unreachable at join: tried again every second.
  *
+ * RESIZE is made here too: its etcd calls may take seconds.
+ *
+ * A login to a database that does not exist joins that database's fleet
+ * (the server is asked only with a connection, which needs the share)
+ * and leaves when the login fails; at most FLEET_UNVOUCHED_MAX such
+ * pools at once, and no name with '/' (it would name another fleet's
+ * keys).  The ledger of a fleet is left in etcd (it keeps the ceiling):
+ * a made-up name leaves a key of some 40 bytes behind.
+ *
  * Ownership: a member is made by fleet_attach (a loop thread, pools_mu
  * held) and freed only by this thread, once its pool let it go
- * (fleet_detach, pools_mu held) and nobody is in fleet_resize on it.
+ * (fleet_detach, pools_mu held) and no join or resize runs on it.
  * Leaving waits for the conns passes still out (lingering closes), so it
  * runs in a thread of its own; the turnstile is freed after its last pass
  * is back, or kept (and logged) if one never comes.
@@ -49,7 +58,8 @@ struct member {
 	int64_t share;          /* what the turns ceiling was set to */
 	int64_t retry_at;
 	int last_err;           /* logged once per change */
-	int busy;               /* in fleet_resize, or joining */
+	int busy;               /* joining or resizing: not to be freed */
+	int64_t resize_to;      /* RESIZE asked for this ceiling (-1: none) */
 };
 
 static pthread_mutex_t fleet_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -150,6 +160,25 @@ static void join(struct member *m, int64_t now)
 	m->last_err = err;
 }
 
+/* A RESIZE, made here for the admin console (fleet_mu held on entry
+ * and exit, dropped for the etcd calls). */
+static void resize(struct member *m)
+{
+	int64_t ceiling = m->resize_to;
+	ts_fleet *f = m->f;
+	m->resize_to = -1;
+	m->busy++;
+	pthread_mutex_unlock(&fleet_mu);
+	int err = ts_fleet_resize(f, ceiling);
+	if (err)
+		fprintf(stderr, "pgproxy: fleet of %s: RESIZE %lld: %s\n", m->db, (long long)ceiling,
+			ts_strerror(err));
+	else
+		fprintf(stderr, "pgproxy: fleet of %s: ceiling %lld\n", m->db, (long long)ceiling);
+	pthread_mutex_lock(&fleet_mu);
+	m->busy--;
+}
+
 /* The turns ceiling and the pool's size after the share (pools_mu and
  * fleet_mu held: attached members' pools stay). */
 static void follow(struct member *m)
@@ -175,6 +204,13 @@ static void *fleet_thread(void *arg)
 				break;
 		if (m) { /* one join a round: the list may change meanwhile */
 			join(m, now);
+			continue;
+		}
+		for (m = members; m; m = m->next)
+			if (m->f && m->pool && !m->busy && m->resize_to >= 0 && !stopping)
+				break;
+		if (m) {
+			resize(m);
 			continue;
 		}
 		for (q = &members; (m = *q);) {
@@ -209,14 +245,31 @@ static void *fleet_thread(void *arg)
 
 /* ---------------------------------------------------------------- the pools' side */
 
+/* Under fleet_mu: members whose pool no login has succeeded on yet. */
+static int unvouched(void)
+{
+	int n = 0;
+	for (struct member *m = members; m; m = m->next)
+		n += m->pool && !atomic_load(&m->pool->logged_in);
+	return n;
+}
+
 int fleet_attach(struct pool *p)
 {
+	if (strchr(p->db, '/'))
+		return EINVAL;
+	pthread_mutex_lock(&fleet_mu);
+	int full = unvouched() >= FLEET_UNVOUCHED_MAX;
+	pthread_mutex_unlock(&fleet_mu);
+	if (full)
+		return EBUSY;
 	struct member *m = calloc(1, sizeof(*m));
 	if (!m || !(m->conns = ts_turnstile_new(0))) {
 		free(m);
 		return ENOMEM;
 	}
 	snprintf(m->db, sizeof(m->db), "%s", p->db);
+	m->resize_to = -1;
 	m->shard = p->id;
 	m->pool = p;
 	pthread_mutex_lock(&fleet_mu);
@@ -255,15 +308,11 @@ int fleet_resize(struct pool *p, int64_t ceiling)
 {
 	pthread_mutex_lock(&fleet_mu);
 	struct member *m = p->fleet;
-	ts_fleet *f = m->f;
-	if (f)
-		m->busy++;
-	pthread_mutex_unlock(&fleet_mu);
-	if (!f)
-		return EAGAIN; /* not joined yet */
-	int err = ts_fleet_resize(f, ceiling);
-	pthread_mutex_lock(&fleet_mu);
-	m->busy--;
+	int err = m->f ? 0 : EAGAIN; /* not joined yet */
+	if (!err) {
+		m->resize_to = ceiling;
+		pthread_cond_broadcast(&fleet_cv);
+	}
 	pthread_mutex_unlock(&fleet_mu);
 	return err;
 }

@@ -92,7 +92,7 @@ static int64_t parse_duration(const char *opt, const char *s)
 	errno = 0;
 	double v = strtod(s, &end);
 	double unit = 1e9;
-	if (errno || end == s || v < 0 || v > 1e9) {
+	if (errno || end == s || !(v >= 0 && v <= 1e9)) { /* NaN too */
 		fprintf(stderr, "pgproxy: %s takes a duration such as 5s or 200ms, not \"%s\"\n", opt, s);
 		exit(2);
 	}
@@ -187,6 +187,9 @@ static void parse_fleet(const char *spec)
 {
 	struct fleet_opts *o = &P.cfg.fleet;
 	char copy[2048], *save, *tok;
+	if (o->on)
+		die("%s", "--fleet given twice");
+	o->ceiling = -1;
 	if (strlen(spec) >= sizeof(copy))
 		die("%s", "--fleet: too long");
 	snprintf(copy, sizeof(copy), "%s", spec);
@@ -197,23 +200,27 @@ static void parse_fleet(const char *spec)
 		*eq++ = 0;
 		if (!strcmp(tok, "endpoints") && strlen(eq) < sizeof(o->endpoints))
 			snprintf(o->endpoints, sizeof(o->endpoints), "%s", eq);
-		else if (!strcmp(tok, "key") && eq[0] == '/' && strlen(eq) < sizeof(o->key))
+		else if (!strcmp(tok, "key") && eq[0] == '/' && strlen(eq) <= 190)
 			snprintf(o->key, sizeof(o->key), "%s", eq);
-		else if (!strcmp(tok, "member") && strlen(eq) < sizeof(o->member))
+		else if (!strcmp(tok, "member") && strlen(eq) < sizeof(o->member) &&
+			 !strpbrk(eq, "/\""))
 			snprintf(o->member, sizeof(o->member), "%s", eq);
 		else if (!strcmp(tok, "ceiling"))
-			o->ceiling = parse_int(eq, 1, 10000, "--fleet's ceiling");
+			o->ceiling = parse_int(eq, 0, 10000, "--fleet's ceiling");
+		else if (!strcmp(tok, "lease") &&
+			 (o->lease_ns = parse_duration("--fleet's lease", eq)) >= 2000000000 &&
+			 o->lease_ns <= (int64_t)3600 * 1000000000)
+			;
 		else if (!strcmp(tok, "lease"))
-			o->lease_ns = parse_duration("--fleet's lease", eq);
+			die("%s", "--fleet: lease= is between 2s and 1h");
 		else if (!strcmp(tok, "endpoints") || !strcmp(tok, "key") || !strcmp(tok, "member"))
-			die("--fleet: %s too long (or a key not starting with '/')", tok);
+			die("--fleet: %s too long (a key starts with '/' and leaves room for "
+			    "\"/DATABASE\": at most 190 bytes; a member has no '/' or '\"')", tok);
 		else
 			die("--fleet: unknown key \"%s\" (endpoints, key, ceiling, lease, member)", tok);
 	}
-	if (!o->endpoints[0] || !o->key[0] || !o->ceiling)
+	if (!o->endpoints[0] || !o->key[0] || o->ceiling < 0)
 		die("%s", "--fleet needs endpoints=, key= and ceiling=");
-	if (o->lease_ns && (o->lease_ns < 2000000000 || o->lease_ns > (int64_t)3600 * 1000000000))
-		die("%s", "--fleet: lease= is between 2s and 1h");
 	o->on = true;
 }
 

@@ -558,10 +558,16 @@ void conns_loops_gone(void); /* at exit: closes linger no more, passes back */
 /* ---------------------------------------------------------------- fleet.c */
 
 /* pool_new (pools_mu held): p->conn_turns made, a member of the fleet at
- * KEY/p->db once fleet.c's thread has joined it; 0 or ENOMEM/EAGAIN. */
+ * KEY/p->db once fleet.c's thread has joined it; 0, EINVAL (a name with
+ * '/', which would name another fleet's keys), EBUSY (FLEET_UNVOUCHED_MAX
+ * pools no login has succeeded on yet: made-up databases cost etcd
+ * requests and keys), ENOMEM or pthread_create's error. */
+#define FLEET_UNVOUCHED_MAX 8
 int fleet_attach(struct pool *p);
 void fleet_detach(struct pool *p);  /* pool_unlist (pools_mu held): it leaves */
-int fleet_resize(struct pool *p, int64_t ceiling); /* RESIZE: the fleet's ceiling */
+/* RESIZE: the fleet's ceiling, set by fleet.c's thread (no loop waits for
+ * etcd; the outcome is logged): 0, or EAGAIN (not joined yet). */
+int fleet_resize(struct pool *p, int64_t ceiling);
 /* SHOW FLEET: @row for each member of each pool's fleet (member NULL: not
  * joined yet, or no look yet). */
 void fleet_each(void (*row)(const char *db, const char *member, bool self, int64_t share,

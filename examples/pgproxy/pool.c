@@ -418,11 +418,10 @@ void begin_shutdown(void)
 	fprintf(stderr, "pgproxy: shutting down: queued clients get an error, "
 			"transactions under way finish\n");
 	ts_set_close(P.set); /* queued turns end with ESHUTDOWN */
-	if (P.worker >= 0) {
-		/* every worker is shutting down: theirs too */
+	if (P.worker >= 0 || P.cfg.fleet.on) /* a wait for a conns pass too */
 		pools_each(close_shared, NULL);
+	if (P.worker >= 0) /* every worker is shutting down: theirs too */
 		procs_request_shutdown();
-	}
 	loop_wake_all();
 }
 
