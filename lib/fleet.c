@@ -49,7 +49,8 @@
  * only its own share: down when another member's target is above its
  * share (somebody needs room), up while the ledger has room.  One look
  * per tick (FLEET_TICK_NS while shares move, FLEET_IDLE_TICK_NS at rest,
- * FLEET_SHRINK_TICK_NS while a shrink waits for its holders to return),
+ * FLEET_SHRINK_TICK_NS while a shrink waits for its holders to return;
+ * at once when callers queue that the member key does not tell yet),
  * one etcd range read and, when something changed, one write.
  *
  * FAIL CLOSED.  No renewal for half the lease (etcd gone, a partition, a
@@ -85,6 +86,9 @@
 #define FLEET_TICK_NS ((int64_t)100000000)
 #define FLEET_IDLE_TICK_NS ((int64_t)250000000)
 #define FLEET_SHRINK_TICK_NS ((int64_t)25000000)
+/* Between looks, callers newly queued are noticed this often (a local
+ * read, no etcd call): a member at rest tells its new demand at once. */
+#define FLEET_DEMAND_POLL_NS ((int64_t)25000000)
 #define FLEET_MAX_BANDS 16
 #define FLEET_MAX_NAME 200
 /* Held and queued counts read from etcd are clamped to this: sums of a
@@ -106,6 +110,7 @@ struct ts_fleet {
 	int64_t next_renewal;
 	int64_t pending_rev, pending_share; /* a shrink of unknown outcome */
 	char *published;       /* our member key's value, as last put */
+	bool told_queue;       /* ...and it told callers queued */
 	/* what ts_fleet_share tells, without the lock a look holds */
 	_Atomic int64_t told_share, told_members;
 	const ts_turnstile *_Atomic demand; /* ts_fleet_demand_from (NULL: local) */
@@ -511,6 +516,7 @@ static int publish(ts_fleet *f, bool *changed)
 		if (!err) {
 			free(f->published);
 			f->published = copy;
+			f->told_queue = nb > 0;
 		} else {
 			free(copy);
 		}
@@ -569,6 +575,7 @@ static int renew(ts_fleet *f)
 		f->rejoin = false;
 		free(f->published);
 		f->published = NULL;
+		f->told_queue = false;
 		TS_PROBE2(fleet__rejoin, f, f->lease_id);
 	}
 	f->fresh_until = sent + f->lease_ns / 2;
@@ -692,6 +699,36 @@ static bool look(ts_fleet *f)
 	return moving || wrote;
 }
 
+/* Callers queued on the demand's turnstile that our member key does not
+ * tell yet (two loads: no lock, no etcd). */
+static bool untold_demand(const ts_fleet *f)
+{
+	const ts_turnstile *from = atomic_load_explicit(&f->demand, memory_order_acquire);
+	int64_t waiting;
+	ts_turnstile_snapshot(from ? from : f->local, NULL, &waiting);
+	return waiting > 0 && !f->told_queue;
+}
+
+static int64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Until @at (CLOCK_MONOTONIC, the condition variable's clock), a kick,
+ * the stop, or callers queued that the last publish did not tell. */
+static void pause_until(ts_fleet *f, int64_t at)
+{
+	while (!f->stop && !f->kick) {
+		int64_t now = mono_ns(), until = at - now > FLEET_DEMAND_POLL_NS ? now + FLEET_DEMAND_POLL_NS : at;
+		if (now >= at || (fresh(f) && untold_demand(f))) /* etcd cut off: no haste */
+			return;
+		struct timespec ts = { (time_t)(until / 1000000000), (long)(until % 1000000000) };
+		pthread_cond_timedwait(&f->cv, &f->mu, &ts);
+	}
+}
+
 static void *fleet_thread(void *arg)
 {
 	ts_fleet *f = arg;
@@ -707,13 +744,7 @@ static void *fleet_thread(void *arg)
 					       : FLEET_IDLE_TICK_NS);
 		if (f->fresh_until > now && f->fresh_until < wake)
 			wake = f->fresh_until; /* fail closed on time */
-		/* the condition variable runs on CLOCK_MONOTONIC */
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		int64_t at = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec + (wake - now);
-		ts = (struct timespec){ (time_t)(at / 1000000000), (long)(at % 1000000000) };
-		while (!f->stop && !f->kick && pthread_cond_timedwait(&f->cv, &f->mu, &ts) == 0)
-			;
+		pause_until(f, mono_ns() + (wake - now));
 		f->kick = false;
 	}
 	pthread_mutex_unlock(&f->mu);
