@@ -52,17 +52,7 @@ if "$proxy" --fleet key=/x 2>&1 | grep -q 'built without'; then
 	exit 1
 fi
 
-psql -X -q -h "$work" -f tests/max_server_conns.sql postgres
-sample_start() {
-	psql -X -q -h "$work" -c 'delete from sample_stop' postgres
-	psql -X -Atc "select max_server_conns('$1')" -h "$work" postgres >"$work/max" &
-	sampler=$!
-}
-sample_max() { # sets max (not in a $(...): the sampler is this shell's child)
-	psql -X -q -h "$work" -c 'insert into sample_stop default values' postgres
-	wait "$sampler"
-	max=$(cat "$work/max")
-}
+sampler_install
 cat >"$work/hold.sql" <<'EOF'
 \set aid random(1, 1000000)
 BEGIN;

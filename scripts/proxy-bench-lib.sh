@@ -3,7 +3,8 @@
 # throwaway cluster in $work (Unix socket only, fsync off, pgbench scale 10,
 # superuser "bench") stopped at exit with every pid in pids[] and every
 # pgbouncer whose pidfile is $work/*.pid; helpers within, free_port,
-# cpu_ticks, tps_of, failed_ok, record and med (results in $results); and
+# cpu_ticks, tps_of, failed_ok, sampler_install/sample_start/sample_max,
+# record and med (results in $results); and
 # $work/batch.sql, the flood's batch transaction (an UPDATE, then
 # pg_sleep(0.002) holding its connection).  The caller is in the project's
 # top folder ($top).
@@ -74,6 +75,21 @@ EOF
 results=$work/results.tsv
 : >"$results"
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$results"; }
+# the most server connections at once of one configuration (its user),
+# sampled every 2 ms (tests/max_server_conns.sql): sampler_install once,
+# then sample_start USER ... sample_max, which sets max
+sampler_install() { psql -X -q -h "$work" -f tests/max_server_conns.sql postgres; }
+sample_start() {
+	psql -X -q -h "$work" -c 'delete from sample_stop' postgres
+	psql -X -Atc "select max_server_conns('$1')" -h "$work" postgres >"$work/max" &
+	sampler=$!
+}
+sample_max() { # not in a $(...): the sampler is this shell's child
+	psql -X -q -h "$work" -c 'insert into sample_stop default values' postgres
+	wait "$sampler"
+	max=$(cat "$work/max")
+}
+
 # medians (and min-max) over repeats
 med() { # scenario config metric -> "median (min-max)" or "median"
 	awk -F'\t' -v s="$1" -v k="$2" -v m="$3" '$1 == s && $2 == k && $3 == m { print $4 }' "$results" | sort -g |

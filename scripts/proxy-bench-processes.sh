@@ -41,18 +41,7 @@ out=$(cd "$out" && pwd)
 
 . scripts/proxy-bench-lib.sh
 
-# the most server connections at once, one configuration's (its user)
-psql -X -q -h "$work" -f tests/max_server_conns.sql postgres
-sample_start() {
-	psql -X -q -h "$work" -c 'delete from sample_stop' postgres
-	psql -X -Atc "select max_server_conns('$1')" -h "$work" postgres >"$work/max" &
-	sampler=$!
-}
-sample_max() { # sets max (not in a $(...): the sampler is this shell's child)
-	psql -X -q -h "$work" -c 'insert into sample_stop default values' postgres
-	wait "$sampler"
-	max=$(cat "$work/max")
-}
+sampler_install
 
 # (r) two pgbouncers, one port
 rport=$(free_port)

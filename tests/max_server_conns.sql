@@ -3,7 +3,7 @@
 -- sampled every 2 ms from a direct session until a row appears in
 -- sample_stop (a plpgsql loop: no gap between samples).  A proxy's
 -- connections are the client backends of user who, or (who null) those not
--- named "direct".  Used by tests/pglib.sh and scripts/proxy-bench-processes.sh.
+-- named "direct".  Used by tests/pglib.sh and scripts/proxy-bench-lib.sh.
 create table sample_stop ();
 create function max_server_conns(who text) returns int language plpgsql as $$
 declare m int := 0; n int;
