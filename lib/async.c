@@ -176,10 +176,12 @@ static void hand_on(struct async_node *a, uint32_t state)
  * the stack (collect it) or already on the ready list. */
 TS_API int ts_async_cancel(ts_async *node)
 {
-	struct async_node *a = node ? async_of(node) : NULL;
+	if (!node)
+		return EINVAL; /* bad input, as DESIGN.md's rule says */
+	struct async_node *a = async_of(node);
 	int r = 0;
 
-	if (!a || !a->pending)
+	if (!a->pending)
 		return ENOENT;
 	ts_notifier *n = a->notifier;
 	uint32_t s = ts_lib_async_withdraw(a, WAITER_CANCELLED, NULL);

@@ -52,7 +52,7 @@ Test(async_bad_input, null_objects_are_einval)
 	cr_assert_eq(errno, EINVAL);
 	cr_assert_eq(ts_notifier_dispatch(NULL), 0);
 	cr_assert_eq(ts_notifier_free(NULL), EINVAL);
-	cr_assert_eq(ts_async_cancel(NULL), ENOENT);
+	cr_assert_eq(ts_async_cancel(NULL), EINVAL);
 	ts_pass none = ts_async_pass(NULL);
 	cr_assert(!ts_pass_issued(&none));
 	cr_assert_null(ts_async_item(NULL));

@@ -160,7 +160,8 @@ TS_API void *ts_async_item(ts_async *node);
  * completed; EALREADY: it had completed but was not dispatched yet — a pass
  * it got was returned (to the next waiter in order), an item handed on (to
  * the oldest taker, or the ready stack), a creation slot given back;
- * ENOENT: not pending (never queued, already dispatched, or NULL).  On
+ * ENOENT: not pending (never queued, or already dispatched); EINVAL:
+ * @node NULL.  On
  * return the library holds no reference to @node and its callback will not
  * run: the caller may free it at once.  Handing on never fails (no
  * allocation: the take kept its place on the ready stack when it queued).
