@@ -49,6 +49,8 @@ typedef struct ts_notifier ts_notifier;
 
 /* The caller's node.  Complete so that it can be embedded; every member is
  * private (the size is part of the ABI). */
+/* 512 bytes (part of the ABI): a queued client's whole cost, in memory
+ * the caller owns. */
 typedef struct ts_async {
 	bool private_pending; /* read by the inline fast path below */
 	uint64_t private_storage[63];
@@ -72,7 +74,8 @@ typedef void (*ts_async_fn)(ts_async *node, int result, void *arg);
 /* Counters of one notifier, read on its loop thread. */
 typedef struct ts_notifier_counters {
 	uint64_t callbacks;   /* callbacks run */
-	uint64_t completions; /* completions pushed by granting threads */
+	uint64_t completions; /* completions pushed, by whichever thread
+				 granted (the loop's own included) */
 	uint64_t fd_writes;   /* times the fd was made readable by a write */
 	uint64_t timeouts;    /* waits ended by their deadline */
 } ts_notifier_counters;

@@ -33,7 +33,8 @@ typedef int (*ts_load_fn)(void *arg, void **item);
 TS_API ts_waitlist *ts_waitlist_new(size_t max_items, size_t max_waiters);
 
 /* ts_waitlist_free - destroy @w.  Nobody may be inside (no take pending,
- * event-loop ones included); free after the last return is safe, even
+ * event-loop ones included) and every item taken must be back (put, or
+ * discarded); free after the last return is safe, even
  * while the thread that put, discarded or closed is still inside that
  * call.  Items still ready are NOT destroyed: drain them first
  * (ts_waitlist_try_take) if they own resources.  NULL: no-op. */
@@ -94,7 +95,9 @@ TS_API bool ts_waitlist_try_take_oldest(ts_waitlist *w, void **item, ts_pick_fn 
  * loading, if any, else onto the ready stack (which it may grow, outside
  * the pool's lock).  false when closed, or when the stack could not grow
  * (out of memory; nobody was waiting for the item): the caller keeps
- * @item.  Thread-safe; never blocks.  NULL @w: false. */
+ * @item, and should destroy it and call ts_waitlist_discard, so its
+ * creation slot is freed and the stats stay right.  Thread-safe; never
+ * blocks.  NULL @w: false. */
 TS_API bool ts_waitlist_put(ts_waitlist *w, void *item);
 
 /* ts_waitlist_discard - the caller destroyed an item it held (a broken
