@@ -51,7 +51,14 @@
  * per tick (FLEET_TICK_NS while shares move, FLEET_IDLE_TICK_NS at rest,
  * FLEET_SHRINK_TICK_NS while a shrink waits for its holders to return;
  * at once when callers queue that the member key does not tell yet),
- * one etcd range read and, when something changed, one write.
+ * one etcd range read and, when our demand changed, one write.  A
+ * change that cannot move a share waits up to FLEET_STALE_NS (it only
+ * freshens what ts_fleet_members shows): a member that saw nobody else
+ * at its last look, whose demand stays on the same side of its share and
+ * whose queue stays empty or not.  A lone member under load so costs what
+ * one at rest does (each write is a raft round with fsyncs on every etcd
+ * node); a member that joins meanwhile is seen at the next look, which
+ * then puts the demand of the moment.
  *
  * FAIL CLOSED.  No renewal for half the lease (etcd gone, a partition, a
  * SIGSTOPped, frozen or suspended process; the clock is CLOCK_BOOTTIME):
@@ -89,6 +96,8 @@
 /* Between looks, callers newly queued are noticed this often (a local
  * read, no etcd call): a member at rest tells its new demand at once. */
 #define FLEET_DEMAND_POLL_NS ((int64_t)25000000)
+/* A demand change that cannot move a share is put at most this often. */
+#define FLEET_STALE_NS ((int64_t)1000000000)
 #define FLEET_MAX_BANDS 16
 #define FLEET_MAX_NAME 200
 /* Held and queued counts read from etcd are clamped to this: sums of a
@@ -111,6 +120,8 @@ struct ts_fleet {
 	int64_t pending_rev, pending_share; /* a shrink of unknown outcome */
 	char *published;       /* our member key's value, as last put */
 	bool told_queue;       /* ...and it told callers queued */
+	bool told_over;        /* ...and a demand above our share then */
+	int64_t published_at;  /* ...at this time (now_ns) */
 	/* what ts_fleet_share tells, without the lock a look holds */
 	_Atomic int64_t told_share, told_members;
 	const ts_turnstile *_Atomic demand; /* ts_fleet_demand_from (NULL: local) */
@@ -483,9 +494,20 @@ static int64_t held_on(const ts_turnstile *t)
 	return held > 0 ? held : 0;
 }
 
-/* Our member key: our demand now, put when it changed (under our lease);
- * *@changed says whether it did.  The demand is the local turnstile's, or
- * the one ts_fleet_demand_from named. */
+/* Whether a put of our demand may wait (SHARES FOLLOW DEMAND): the last
+ * look saw us alone, and neither our queue's emptiness nor the side of
+ * our share our demand is on changed since the last put. */
+static bool put_may_wait(const ts_fleet *f, bool queue, bool over)
+{
+	return f->published && queue == f->told_queue && over == f->told_over &&
+	       atomic_load_explicit(&f->told_members, memory_order_relaxed) == 1 &&
+	       now_ns() - f->published_at < FLEET_STALE_NS;
+}
+
+/* Our member key: our demand now, put when it changed (under our lease)
+ * and may move a share, or has waited long enough; *@changed says whether
+ * it was put.  The demand is the local turnstile's, or the one
+ * ts_fleet_demand_from named. */
 static int publish(ts_fleet *f, bool *changed)
 {
 	int bands[FLEET_MAX_BANDS];
@@ -498,9 +520,10 @@ static int publish(ts_fleet *f, bool *changed)
 	if (nb < 0)
 		nb = 0; /* ENOMEM: no queue told this time */
 	json_object *doc = json_object_new_object(), *arr = json_object_new_array();
-	int64_t held = from ? held_on(from) : held_now(f);
+	int64_t held = from ? held_on(from) : held_now(f), demand = held > 0 ? held : 0;
 	json_object_object_add(doc, "held", json_object_new_int64(held > 0 ? held : 0));
 	for (int i = 0; i < nb; i++) {
+		demand += waiting[i];
 		json_object *pair = json_object_new_array();
 		json_object_array_add(pair, json_object_new_int64(bands[i]));
 		json_object_array_add(pair, json_object_new_int64(waiting[i]));
@@ -509,7 +532,8 @@ static int publish(ts_fleet *f, bool *changed)
 	json_object_object_add(doc, "bands", arr);
 	const char *value = json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN);
 	int err = 0;
-	*changed = !f->published || strcmp(f->published, value);
+	bool over = demand > f->share;
+	*changed = (!f->published || strcmp(f->published, value)) && !put_may_wait(f, nb > 0, over);
 	if (*changed) {
 		char *copy = strdup(value);
 		err = copy ? ts_lib_etcd_put(f->etcd, f->member_key, value, f->lease_id) : ENOMEM;
@@ -517,6 +541,8 @@ static int publish(ts_fleet *f, bool *changed)
 			free(f->published);
 			f->published = copy;
 			f->told_queue = nb > 0;
+			f->told_over = over;
+			f->published_at = now_ns();
 		} else {
 			free(copy);
 		}
