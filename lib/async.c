@@ -72,7 +72,7 @@ void ts_lib_async_prepare(struct async_node *a, enum async_kind kind, void *obje
 	a->stack_next = a->ready_prev = a->ready_next = NULL;
 	a->pass = (ts_pass)TS_PASS_NONE;
 	a->item = NULL;
-	a->pending = a->in_ready = a->fail_open = false;
+	a->pending = a->in_ready = a->fail_open = a->completed = false;
 	waiter_init(async_waiter(a), kind == ASYNC_TURN	 ? &async_turn_ops
 				     : kind == ASYNC_TAKE ? &async_take_ops
 							  : &async_shared_ops);
@@ -191,6 +191,8 @@ TS_API int ts_async_cancel(ts_async *node)
 		ts_lib_notifier_unready(n, a);
 		s = atomic_load_explicit(&async_waiter(a)->state, memory_order_acquire);
 		hand_on(a, s);
+		a->outcome = ts_lib_async_outcome(s);
+		a->completed = true;
 		r = EALREADY;
 	}
 	if (a->cancel)
@@ -199,6 +201,32 @@ TS_API int ts_async_cancel(ts_async *node)
 	a->pending = false;
 	TS_PROBE2(async__cancel, a->object, r);
 	return r;
+}
+
+int ts_lib_async_outcome(uint32_t state)
+{
+	switch (state) {
+	case WAITER_GRANTED:
+		return 0;
+	case WAITER_CREATE:
+		return TS_CREATE;
+	case WAITER_CLOSED:
+		return ESHUTDOWN;
+	case WAITER_CANCELLED:
+		return ECANCELED;
+	default:
+		return ETIMEDOUT;
+	}
+}
+
+/* Loop thread only, as every call on a node: a.completed and a.outcome
+ * are written by the loop (dispatch, ts_async_cancel, a new wait). */
+TS_API int ts_async_result(const ts_async *node)
+{
+	if (!node)
+		return EINVAL;
+	const struct async_node *a = (const struct async_node *)(const void *)node;
+	return a->completed && !a->pending ? a->outcome : ENOENT;
 }
 
 TS_API ts_pass ts_async_pass(ts_async *node)

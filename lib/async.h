@@ -81,6 +81,10 @@ struct async_node {
 	void *item;                /* the callback's item (result 0 of a take) */
 	unsigned char kind;
 	bool in_ready, fail_open;
+	/* ts_async_result: the last queued wait's outcome, once it completed
+	 * (false in a zeroed node: ENOENT) */
+	bool completed;
+	int outcome;
 	/* ASYNC_SHARED_TURN, the loop thread's alone: */
 	bool in_remote;             /* on the notifier's list of doorbell waits */
 	uint32_t slot;              /* its waiter slot in the segment */
@@ -129,6 +133,10 @@ void ts_lib_async_look(struct async_node *a);
  * loop itself: a deadline, ts_async_cancel).  Returns the state found under
  * the lock: below WAITER_FINAL means it was withdrawn now. */
 uint32_t ts_lib_async_withdraw(struct async_node *a, uint32_t outcome, struct wakeups *wk);
+
+/* The result a final @state stands for (0, TS_CREATE, ESHUTDOWN,
+ * ECANCELED, ETIMEDOUT), before failing open. */
+int ts_lib_async_outcome(uint32_t state);
 
 /* notifier.c, the node's tell (under its queue's lock): publish @outcome
  * and push the node onto its notifier's completion stack. */

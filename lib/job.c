@@ -12,14 +12,21 @@
  * (at one stamp per nanosecond it would take 584 years). */
 static _Atomic uint64_t next_seq = 1;
 
+TS_API void ts_claim_stamp(ts_claim *claim, int priority)
+{
+	if (!claim)
+		return;
+	claim->priority = priority;
+	claim->since_ns = ts_now_ns();
+	claim->seq = atomic_fetch_add_explicit(&next_seq, 1, memory_order_relaxed);
+}
+
 TS_API void ts_set_prioritize(ts_set *s, ts_job *job, int shard, int priority)
 {
 	if (!s || !job)
 		return;
 	if (!job->private_stamped) {
-		job->private_claim.since_ns = ts_now_ns();
-		job->private_claim.seq =
-			atomic_fetch_add_explicit(&next_seq, 1, memory_order_relaxed);
+		ts_claim_stamp(&job->private_claim, priority);
 		job->private_stamped = true;
 	}
 	job->private_claim.priority = priority;

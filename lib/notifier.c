@@ -447,41 +447,24 @@ static void expire(ts_notifier *n)
 	arm(n);
 }
 
-/* What the callback is told, from the node's final state. */
+/* What the callback is told, from the node's final state (recorded for
+ * ts_async_result before failing open). */
 static int result_of(struct async_node *a, int64_t now)
 {
 	uint32_t s = atomic_load_explicit(&async_waiter(a)->state, memory_order_acquire);
-	int r;
 
 	a->pass = (ts_pass)TS_PASS_NONE;
 	a->item = NULL;
-	switch (s) {
-	case WAITER_GRANTED:
-		r = 0;
-		if (a->kind != ASYNC_TAKE) {
-			a->pass.private_turnstile =
-				a->kind == ASYNC_SHARED_TURN ? a->pass_name : a->object;
-			a->pass.private_waited_ns = now - a->start_ns;
-		} else {
-			a->item = a->q.take.item;
-			/* still pending: the pool is alive */
-			ts_lib_waitlist_delivered(a->object);
-		}
-		break;
-	case WAITER_CREATE:
-		r = TS_CREATE;
-		break;
-	case WAITER_CLOSED:
-		r = ESHUTDOWN;
-		break;
-	case WAITER_CANCELLED:
-		r = ECANCELED;
-		break;
-	default:
-		r = ETIMEDOUT;
-		break;
+	if (s == WAITER_GRANTED && a->kind != ASYNC_TAKE) {
+		a->pass.private_turnstile = a->kind == ASYNC_SHARED_TURN ? a->pass_name : a->object;
+		a->pass.private_waited_ns = now - a->start_ns;
+	} else if (s == WAITER_GRANTED) {
+		a->item = a->q.take.item;
+		ts_lib_waitlist_delivered(a->object); /* still pending: the pool is alive */
 	}
-	return a->fail_open ? 0 : r;
+	a->outcome = ts_lib_async_outcome(s);
+	a->completed = true;
+	return a->fail_open ? 0 : a->outcome;
 }
 
 /* Run the ready list's callbacks, at most @budget of them; returns how

@@ -171,6 +171,19 @@ TS_API void *ts_async_item(ts_async *node);
  * Loop thread only. */
 TS_API int ts_async_cancel(ts_async *node);
 
+/* ts_async_result - how @node's last queued wait (one whose call returned
+ * EINPROGRESS) completed: 0 (granted: a pass or an item), TS_CREATE (a
+ * creation slot), ETIMEDOUT, ECANCELED or ESHUTDOWN.  After
+ * ts_async_cancel returned EALREADY it tells what was handed on (0: the
+ * pass went to the next waiter, the item to the oldest taker; TS_CREATE:
+ * the slot went back) from an ending (ESHUTDOWN, ECANCELED, ETIMEDOUT:
+ * nothing was handed on).  In and after the callback it is the callback's
+ * result, except that a ts_wait_turn_async node, whose callback is told 0
+ * whatever happened, tells here what did.  ENOENT: the wait is pending,
+ * was withdrawn before it completed (ts_async_cancel returned 0), or no
+ * wait on @node ever queued; EINVAL: @node NULL.  Loop thread only. */
+TS_API int ts_async_result(const ts_async *node);
+
 /* Private: the locked path of ts_turnstile_wait_async, exported for its
  * inlined fast path only. */
 TS_API int ts_private_wait_async_slow(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,

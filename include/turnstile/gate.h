@@ -36,6 +36,17 @@ TS_API ts_gate ts_set_gate(ts_set *s, int priority);
  * distinct jobs. */
 TS_API bool ts_gate_acquire(const ts_gate *g, ts_job *job, int shard, ts_pass *pass);
 
+/* ts_gate_acquire_strict - ts_gate_acquire for workers that shed load, as
+ * ts_wait_turn_strict is for turns: the same stamp and wait, but a refusal
+ * is returned instead of letting the worker through.  0: *pass is issued,
+ * or unissued when nothing orders the job (a negative or unsized shard);
+ * ESHUTDOWN: the set is closed (before the wait, or the close released
+ * it); ETIMEDOUT: the job's deadline passed; ECANCELED: its cancel token
+ * fired; EINVAL: @g, @job or @pass NULL, or a gate over a NULL set.
+ * *pass is unissued whenever the result is not 0.  Thread-safe for
+ * distinct jobs. */
+TS_API int ts_gate_acquire_strict(const ts_gate *g, ts_job *job, int shard, ts_pass *pass);
+
 TS_END_DECLS
 
 #endif

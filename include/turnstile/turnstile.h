@@ -31,6 +31,14 @@ typedef struct ts_claim {
 	uint64_t seq;
 } ts_claim;
 
+/* ts_claim_stamp - a fresh job's claim for a turnstile used without a set:
+ * band @priority, since = ts_now_ns(), seq = a new job number from the
+ * counter ts_set_prioritize uses (no two claims stamped in one process
+ * share a seq).  Stamp once per job and pass the same claim to each of
+ * its waits, so its later turns keep their place.  NULL @claim: no-op.
+ * Thread-safe for distinct claims, async-signal-safe. */
+TS_API void ts_claim_stamp(ts_claim *claim, int priority);
+
 /* One issued turn, passed by value.  Members are private. */
 typedef struct ts_pass {
 	ts_turnstile *private_turnstile; /* NULL: not issued (or returned) */

@@ -127,6 +127,11 @@ int main()
 	ts_gate gate = ts_set_gate(s, 0);
 	CHECK(ts_gate_acquire(&gate, &job, 7, &turn));
 	ts_pass_return(&turn);
+	CHECK(ts_gate_acquire_strict(&gate, &job, 7, &turn) == 0 && ts_pass_issued(&turn));
+	ts_pass_return(&turn);
+	ts_claim stamped;
+	ts_claim_stamp(&stamped, 3);
+	CHECK(stamped.priority == 3 && stamped.seq > ts_job_claim(&job).seq);
 	ts_set_close(s);
 	CHECK(ts_set_closed(s));
 	CHECK(ts_wait_turn_strict(&job, &turn) == ESHUTDOWN);
@@ -174,6 +179,7 @@ int main()
 	      EBUSY);
 	CHECK(ts_async_cancel(&node) == 0);
 	CHECK(ts_async_cancel(&node) == ENOENT);
+	CHECK(ts_async_result(&node) == ENOENT);
 	CHECK(ts_notifier_dispatch(n) == 0 && got_turn.result == -99);
 	CHECK(ts_turnstile_wait_async(lt, &claim, ts_now_ns() + 5000000000LL, nullptr, n, &node,
 				      record, &got_turn, &now) == EINPROGRESS);
@@ -182,6 +188,7 @@ int main()
 	holder.join();
 	CHECK(dispatch_when_readable(n) == 1);
 	CHECK(got_turn.result == 0 && ts_pass_issued(&got_turn.pass));
+	CHECK(ts_async_result(&node) == 0);
 	ts_pass_return(&got_turn.pass);
 	ts_job loose = TS_JOB_INIT; // nothing orders it: 0 at once, unissued
 	CHECK(ts_wait_turn_async(&loose, n, &node, record, &got_turn, &now) == 0);
