@@ -307,8 +307,13 @@ void ts_lib_notifier_collect(ts_notifier *n)
 		oldest_first = a;
 		a = next;
 	}
-	for (a = oldest_first; a; a = a->stack_next)
+	for (a = oldest_first; a; a = a->stack_next) {
+		/* a granter found its deadline passed: a timeout all the same */
+		if (atomic_load_explicit(&async_waiter(a)->state, memory_order_relaxed) ==
+		    WAITER_EXPIRED)
+			n->timeouts++;
 		ready_append(n, a);
+	}
 }
 
 /* --- the deadline heap (loop thread) ------------------------------------ */

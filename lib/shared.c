@@ -46,7 +46,9 @@
  * under the lock, and only ever on its own process's records, so a death
  * in between is a death of the owner of both, which frees both) and to
  * free its slot.  A waiter that gave up (deadline, token) unlinks itself
- * under the lock unless a grant got there first.  Waiters park in slices
+ * under the lock unless a grant got there first; a granter that finds a
+ * head whose deadline has passed gives it EXPIRED instead of a pass (a
+ * deadline means never after it), which holds no pass.  Waiters park in slices
  * of recover_ns / 2; at a slice's end, at every slow wait and in an event
  * loop's timer, one of them per half recover_ns sweeps for dead processes,
  * so a dead holder's passes and a granter that died before its wake are
@@ -125,6 +127,9 @@ struct seg_slot {
 	int32_t band;                        /* the claim, under lock */
 	int64_t since;
 	uint64_t seq, arrival;
+	int64_t deadline;                    /* under lock: 0, or never granted
+						once passed (CLOCK_MONOTONIC,
+						one clock for every process) */
 	_Atomic uint64_t doorbell;           /* 0: a parked thread; else the
 						event-loop notifier to ring */
 };
@@ -496,7 +501,8 @@ static void tell_slot(struct shared_handle *h, uint32_t s, uint32_t was, struct 
 
 /* Hand free passes to the head waiters, in order.  Each grant is ONE
  * exchange on the slot: the pass moves from `avail` into the GRANTED
- * record.  A wake is owed only to a sleeper; a full batch stops early (the
+ * record.  A head past its deadline is ended with EXPIRED (one exchange,
+ * no pass moved) and the pass goes on to the next.  A wake is owed only to a sleeper; a full batch stops early (the
  * caller unlocks, wakes and comes back: more_owed()). */
 static void grant_heads(struct shared_handle *h, struct wakeups *wk)
 {
@@ -505,6 +511,13 @@ static void grant_heads(struct shared_handle *h, struct wakeups *wk)
 	while (avail(h) > 0 && queued(h) && !wakeups_full(wk)) {
 		uint32_t s = heap_remove(h, 0);
 		STEP(3); /* head unlinked, not yet granted */
+		if (waiter_expired(h->slots[s].deadline)) {
+			tell_slot(h, s,
+				  atomic_exchange_explicit(&h->slots[s].state, WAITER_EXPIRED,
+							   memory_order_acq_rel),
+				  wk);
+			continue;
+		}
 		avail_add(h, -1);
 		tell_slot(h, s,
 			  atomic_exchange_explicit(&h->slots[s].state, WAITER_GRANTED,
@@ -614,7 +627,8 @@ static void rebuild(struct shared_handle *h, int64_t *passes_back, struct wakeup
 	 * rest notice at their slice's end); spurious ones are harmless. */
 	for (uint32_t s = 0; s < h->nslots; s++) {
 		uint32_t st = atomic_load_explicit(&h->slots[s].state, memory_order_relaxed);
-		if ((st == WAITER_GRANTED || st == WAITER_CLOSED) && !wakeups_full(wk))
+		if ((st == WAITER_GRANTED || st == WAITER_CLOSED || st == WAITER_EXPIRED) &&
+		    !wakeups_full(wk))
 			tell_slot(h, s, WAITER_SLEEPING, wk);
 	}
 	if (passes_back)
@@ -857,6 +871,7 @@ static int enqueue(struct shared_handle *h, struct seg_proc *me, const ts_claim 
 	sl->since = claim->since_ns;
 	sl->seq = claim->seq;
 	sl->arrival = sg->arrivals++;
+	sl->deadline = deadline_ns;
 	/* No barging: the first waiter drains every process before it is
 	 * published (its QUEUED record, nqueued), so whoever sees a waiter
 	 * queued sees every fast path closed.  Published first, a process
@@ -881,7 +896,8 @@ static int enqueue(struct shared_handle *h, struct seg_proc *me, const ts_claim 
 /* Under the lock, end slot @s's wait: a grant moves into our `held`, a
  * close or a withdrawal (@withdraw: a deadline, a token, a cancel; else a
  * still-queued slot stays queued) frees the slot.  Returns the state
- * found: GRANTED, CLOSED, or QUEUED. */
+ * found: GRANTED, CLOSED, EXPIRED (a granter found its deadline passed),
+ * or QUEUED. */
 static uint32_t settle(struct shared_handle *h, struct seg_proc *me, uint32_t s, bool withdraw)
 {
 	struct seg_slot *sl = &h->slots[s];
@@ -905,7 +921,7 @@ static uint32_t settle(struct shared_handle *h, struct seg_proc *me, uint32_t s,
 		atomic_fetch_add_explicit(&me->word, PW_HELD, memory_order_relaxed);
 		STEP(11); /* pass in `held` and still in the GRANTED slot: ours both */
 		maybe_undrain(h, me);
-	} else {
+	} else if (st != WAITER_EXPIRED) {
 		st = WAITER_CLOSED;
 	}
 	atomic_store_explicit(&sl->state, SLOT_FREE, memory_order_release);

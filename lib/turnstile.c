@@ -69,7 +69,10 @@ TS_API void ts_turnstile_free(ts_turnstile *t)
  * wake batch.  Lock held.  Each grant unlinks the waiter and publishes
  * GRANTED with one exchange (waiter.h); the pass moves from `available` to
  * the waiter in the same critical section, so it is never both free and
- * held, nor lost.  Returns true when the batch filled with a pass still
+ * held, nor lost.  A head whose deadline has passed is unlinked with
+ * EXPIRED instead (its wait ends in ETIMEDOUT, as its own timeout would
+ * have ended it) and the pass goes on to the next: no wait is granted
+ * after its deadline, whoever notices it first.  Returns true when the batch filled with a pass still
  * free and a waiter still queued: the caller unlocks, wakes, and drains
  * again (unlock_and_wake), with the turnstile marked busy meanwhile.
  *
@@ -85,10 +88,14 @@ static bool drain(ts_turnstile *t, struct wakeups *wk)
 	       (n = skip_first(&t->queue))) {
 		if (wakeups_full(wk))
 			return true;
-		ts_lib_skip_remove(&t->queue, n);
-		atomic_fetch_sub_explicit(&t->word, WORD_UNIT, memory_order_acq_rel);
-		atomic_fetch_sub_explicit(&t->waiting, 1, memory_order_relaxed);
 		struct turn_waiter *tw = (struct turn_waiter *)n;
+		ts_lib_skip_remove(&t->queue, n);
+		atomic_fetch_sub_explicit(&t->waiting, 1, memory_order_relaxed);
+		if (waiter_expired(tw->deadline_ns)) {
+			waiter_grant(&tw->w, WAITER_EXPIRED, wk);
+			continue;
+		}
+		atomic_fetch_sub_explicit(&t->word, WORD_UNIT, memory_order_acq_rel);
 		waiter_grant(&tw->w, WAITER_GRANTED, wk);
 	}
 	if (!skip_first(&t->queue))
@@ -154,6 +161,7 @@ int ts_lib_turnstile_enqueue(ts_turnstile *t, struct turn_waiter *tw, int64_t no
 	}
 	/* Only the head at arrival spins (it is next, the others sleep), and
 	 * only while spinning has been paying on this turnstile. */
+	tw->deadline_ns = deadline_ns;
 	tw->w.spin = ts_lib_skip_insert(&t->queue, &tw->link) && spin_policy_allows(&t->spin);
 	atomic_fetch_add_explicit(&t->waiting, 1, memory_order_relaxed);
 	spin_unlock(&t->lock);

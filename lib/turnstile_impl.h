@@ -92,7 +92,9 @@ static inline void band_tally_add(struct band_tally *bt, int band)
 struct turn_waiter {
 	struct skip_node link;
 	waiter w;
+	int64_t deadline_ns; /* 0: none; passed: never granted (drain) */
 };
+
 
 /* The queue's primitives for waiters told by their own operation
  * (async.c builds event-loop waits on them; turnstile.c knows no loop). */

@@ -220,6 +220,14 @@ static inline void wakeups_flush(struct wakeups *wk)
 	wk->n = 0;
 }
 
+/* A queued waiter whose deadline has passed: a granter ends it with
+ * WAITER_EXPIRED instead of granting it (DESIGN.md: a deadline means
+ * never after it).  The clock is read only for a waiter that has one. */
+static inline bool waiter_expired(int64_t deadline_ns)
+{
+	return deadline_ns != 0 && ts_now_ns() >= deadline_ns;
+}
+
 /* THE SEAM: how a granted waiter is told.  Caller holds the lock of the
  * queue @w was in and has unlinked it (or, for WAITER_LOAD, keeps it
  * linked on purpose), and has checked wakeups_full(@wk).  A parked thread

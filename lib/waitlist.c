@@ -35,6 +35,11 @@
  * takes the lock and reads its own state: GRANTED means the item reached it
  * first and it returns it (0); otherwise it unlinks itself, so no later put
  * can pick it.  Either way the item has exactly one owner.
+ * NEVER AFTER THE DEADLINE: an idle taker whose deadline has passed is
+ * never handed an item or a slot.  Whoever would hand it one (put, a
+ * hand-back, a freed slot) unlinks it with EXPIRED instead and looks at
+ * the next (oldest_live); it ends in ETIMEDOUT as its own timeout would
+ * have ended it.  The clock is read only for a taker that has a deadline.
  * LIFETIME (free after the last return, as POSIX semaphores): every call
  * that hands out an item, a slot or a close does so under the lock and its
  * last touch of the pool is its unlock (a close waking in several batches
@@ -175,15 +180,80 @@ void ts_lib_waitlist_delivered(ts_waitlist *w)
 	unkeep(w);
 }
 
+static void count_refusal(ts_waitlist *w, int r);
+
+/* @n, idle, whose deadline has passed, leaves the queue with EXPIRED
+ * (NEVER AFTER THE DEADLINE).  A parked thread needs no wake: its futex
+ * sleep ends at that same deadline, and leave() finds it unlinked.  An
+ * event-loop node is pushed, which takes a wake entry: false, with
+ * nothing done, when the batch is full.  Lock held. */
+static bool expire(ts_waitlist *w, struct taker *n, struct wakeups *wk)
+{
+	bool loop = n->w.ops && n->w.ops->loop;
+	if (loop && wakeups_full(wk))
+		return false;
+	unlink_taker(w, n);
+	if (loop) {
+		unkeep(w);
+		count_refusal(w, ETIMEDOUT); /* a blocking taker counts its own */
+		waiter_grant(&n->w, WAITER_EXPIRED, wk);
+	} else {
+		atomic_store_explicit(&n->w.state, WAITER_EXPIRED, memory_order_release);
+	}
+	return true;
+}
+
+/* The oldest idle taker that may still be handed something, after
+ * expiring the ones ahead of it; NULL with *@full when the wake batch
+ * filled first (the caller wakes it and looks again).  Lock held. */
+static struct taker *oldest_live(ts_waitlist *w, struct wakeups *wk, bool *full)
+{
+	struct taker *n;
+	*full = false;
+	while ((n = oldest_idle(w)) && waiter_expired(n->deadline_ns)) {
+		if (!expire(w, n, wk)) {
+			*full = true;
+			return NULL;
+		}
+	}
+	return n;
+}
+
+/* Lock held: drop it, wake @wk's batch, take it again.  Only for a caller
+ * whose own item, slot or take keeps @w alive, or that marked it busy. */
+static void wake_gap(ts_waitlist *w, struct wakeups *wk)
+{
+	spin_unlock(&w->lock);
+	wakeups_flush(wk);
+	wakeups_init(wk);
+	spin_lock(&w->lock);
+}
+
 /* A slot was freed: hand it to the oldest idle taker.  A blocking one
  * wakes and loads; it stays linked: once its load returns it competes for
  * the item at its place in the queue.  An async one leaves the queue with
- * the slot (TS_CREATE): its loop makes the item and owns it.  Lock held. */
+ * the slot (TS_CREATE): its loop makes the item and owns it.  Lock held;
+ * it may be dropped between wake batches of expired takers, with the pool
+ * marked busy (a discard's slot no longer keeps it alive). */
 static void pass_slot(ts_waitlist *w, struct wakeups *wk)
 {
-	if (w->closed || !slot_free(w))
-		return;
-	struct taker *n = oldest_idle(w);
+	struct taker *n = NULL;
+	int gaps = 0;
+	for (;;) {
+		bool full;
+		if (w->closed || !slot_free(w)) {
+			n = NULL;
+			break;
+		}
+		n = oldest_live(w, wk, &full);
+		if (!full)
+			break;
+		if (!gaps++)
+			busy_enter(&w->busy);
+		wake_gap(w, wk);
+	}
+	if (gaps) /* free passes through the lock we hold: it waits for our unlock */
+		busy_leave(&w->busy);
 	if (!n)
 		return;
 	w->created++;
@@ -285,7 +355,7 @@ static int leave(ts_waitlist *w, struct taker *n, int reason, void **out)
 		r = 0;
 	} else if (s == WAITER_CLOSED) {
 		r = ESHUTDOWN;
-	} else {
+	} else if (s != WAITER_EXPIRED) { /* EXPIRED: a granter unlinked it */
 		unlink_taker(w, n);
 	}
 	if (n->loading) /* a slot reached it as it gave up: pass it on */
@@ -359,6 +429,7 @@ static __attribute__((noinline)) int take_queued(ts_waitlist *w, void **item, ts
 	 * makes goes to the oldest idle taker. */
 	waiter_init(&n.w, NULL);
 	n.item = NULL;
+	n.deadline_ns = deadline_ns;
 	n.loading = slot_free(w);
 	link_tail(w, &n);
 	if (n.loading) {
@@ -447,6 +518,7 @@ int ts_lib_waitlist_enqueue_loop(ts_waitlist *w, struct taker *n, int64_t deadli
 	int r;
 
 	n->item = NULL;
+	n->deadline_ns = deadline_ns;
 	n->loading = false;
 	for (;;) {
 		spin_lock(&w->lock);
@@ -525,7 +597,12 @@ static __attribute__((noinline)) bool put_locked(ts_waitlist *w, void *item)
 
 	wakeups_init(&wk);
 	while (!w->closed) {
-		struct taker *h = oldest_idle(w);
+		bool full;
+		struct taker *h = oldest_live(w, &wk, &full);
+		if (full) {
+			wake_gap(w, &wk); /* our item is not back: @w lives */
+			continue;
+		}
 		if (h) {
 			give(w, h, item, &wk);
 			ts_hook_at(TS_HOOK_UNLOCKING, w);
@@ -579,7 +656,10 @@ void ts_lib_waitlist_hand_back(ts_waitlist *w, void *item)
 	spin_lock(&w->lock);
 	unkeep(w);
 	TS_CHECK_INVARIANT(room_for_one(w), "KEPT PLACES: no room for a kept place");
-	struct taker *h = oldest_idle(w); /* none once closed */
+	bool full;
+	struct taker *h;
+	while (!(h = oldest_live(w, &wk, &full)) && full) /* none once closed */
+		wake_gap(w, &wk); /* the item is not back: @w lives */
 	if (h)
 		give(w, h, item, &wk);
 	else

@@ -13,6 +13,7 @@ struct taker {
 	struct taker *prev, *next; /* queue links, under the lock */
 	waiter w;
 	void *item;   /* written before GRANTED is published */
+	int64_t deadline_ns; /* 0: none; passed: never given anything */
 	bool loading; /* holds a creation slot and its load has not returned
 			 (blocking takers only: an async one leaves the queue
 			 with its slot, TS_CREATE) */

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Grants racing timeouts, cancels and closes.  First forced: a test hook
  * runs at the instant a timed-out (or cancelled) waiter is about to take the
- * lock to leave, and lands the competing grant or close right there.  Then
+ * lock to leave, and lands the competing grant or close right there: a
+ * cancelled waiter keeps a grant that landed first, a timed-out one never
+ * gets one (its deadline has passed).  Then
  * raced for thousands of iterations: afterwards no pass is lost or doubled
  * and nobody is stuck. */
 #include <errno.h>
@@ -50,7 +52,9 @@ static void disarm(void)
 	atomic_store(&ts_hook, NULL);
 }
 
-Test(turnstile_races, grant_landing_before_a_timed_out_waiter_leaves_is_a_success)
+/* A deadline means never after it: the pass returned while the timed-out
+ * waiter is on its way out is not granted to it, and stays free. */
+Test(turnstile_races, a_pass_returned_after_a_waiters_deadline_is_not_granted_to_it)
 {
 	ts_turnstile *t = armed(1, ACT_RETURN_PASS);
 	ts_pass p;
@@ -59,11 +63,49 @@ Test(turnstile_races, grant_landing_before_a_timed_out_waiter_leaves_is_a_succes
 	int r = ts_turnstile_wait(t, &mine, in_ms(5), NULL, &p);
 	disarm();
 	cr_assert_eq(atomic_load(&hook_fired), 1, "the race was not forced");
-	cr_assert_eq(r, 0, "a pass granted before leaving was thrown away");
-	cr_assert(ts_pass_issued(&p));
+	cr_assert_eq(r, ETIMEDOUT, "a pass was granted after the waiter's deadline");
+	cr_assert_not(ts_pass_issued(&p));
 	cr_assert_eq(queued(t), 0);
-	cr_assert_eq(available(t), 0);
-	ts_pass_return(&p);
+	cr_assert_eq(available(t), 1, "pass lost or doubled");
+	ts_turnstile_free(t);
+}
+
+/* The expired head is skipped, not the queue: the pass goes on to the
+ * next waiter in order. */
+struct later {
+	ts_turnstile *t;
+	ts_claim claim;
+	int r;
+	ts_pass p;
+};
+
+static void *wait_without_deadline(void *arg)
+{
+	struct later *l = arg;
+	l->r = ts_turnstile_wait(l->t, &l->claim, 0, NULL, &l->p);
+	return NULL;
+}
+
+Test(turnstile_races, an_expired_head_is_skipped_and_the_next_waiter_granted)
+{
+	ts_turnstile *t = armed(1, ACT_RETURN_PASS);
+	struct later next = { t, { 1, 0, 0 }, -1, TS_PASS_NONE }; /* band 1: behind */
+	pthread_t th;
+	ts_pass p;
+
+	atomic_store(&hook_action, ACT_NONE);
+	cr_assert_eq(ts_turnstile_wait(t, &mine, 0, NULL, &hook_pass), 0);
+	start_thread(&th, wait_without_deadline, &next);
+	WAIT_FOR(queued(t) == 1);
+	atomic_store(&hook_action, ACT_RETURN_PASS); /* when the head times out */
+	int r = ts_turnstile_wait(t, &mine, in_ms(5), NULL, &p);
+	join_bounded(th);
+	disarm();
+	cr_assert_eq(atomic_load(&hook_fired), 1, "the race was not forced");
+	cr_assert_eq(r, ETIMEDOUT, "the expired head was granted");
+	cr_assert_eq(next.r, 0, "the pass did not go on to the next waiter");
+	cr_assert(ts_pass_issued(&next.p));
+	ts_pass_return(&next.p);
 	cr_assert_eq(available(t), 1, "pass lost or doubled");
 	ts_turnstile_free(t);
 }

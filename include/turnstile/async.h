@@ -118,7 +118,9 @@ TS_API void ts_notifier_read_counters(const ts_notifier *n, ts_notifier_counters
  * EINPROGRESS: queued in @claim's place; @fn(node, result, @arg) runs later
  * in ts_notifier_dispatch(@n) with 0 (the pass: ts_async_pass), ETIMEDOUT,
  * ECANCELED or ESHUTDOWN.  A pass granted before the deadline, cancel or
- * close landed is a success, as for blocking waits.  EINVAL: @t, @claim, @n,
+ * close landed is a success, and none is granted after the deadline (not
+ * even while the node waits for its loop's next dispatch), as for
+ * blocking waits.  EINVAL: @t, @claim, @n,
  * @node, @fn or @pass NULL; EBUSY: @node already pending (both with no side
  * effect; *pass is not written); ENOMEM: the deadline heap could not grow.
  * Otherwise *pass is unissued unless the result is 0.  @cancel must outlive

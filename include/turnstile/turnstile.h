@@ -69,9 +69,14 @@ TS_API void ts_turnstile_free(ts_turnstile *t);
  * (ECANCELED), a pass free with nobody queued (0), otherwise the caller
  * queues until granted (0), @deadline_ns passes (ETIMEDOUT), @cancel fires
  * (ECANCELED) or the turnstile closes (ESHUTDOWN); whichever lands first
- * under the turnstile's lock wins, so a pass granted before a timing-out
- * waiter left the queue is a success.  The deadline is read only when the
- * caller must wait: the uncontended path reads no clock.  TS_DEADLINE_NOW
+ * under the turnstile's lock wins, so a pass granted before a cancelled
+ * waiter left the queue is a success.  A deadline means never after it: a
+ * waiter whose deadline has passed is never granted, even if it has not
+ * left the queue yet (the granter ends it with ETIMEDOUT and grants the
+ * next); a pass granted before the deadline is a success however late the
+ * waiter sees it.  The deadline is read only when the caller must wait,
+ * and a granter reads the clock only for a head waiter that has one: the
+ * uncontended path reads no clock.  TS_DEADLINE_NOW
  * never blocks.  EINVAL: @t, @claim or @pass NULL.
  * *pass is the issued pass on 0 and TS_PASS_NONE otherwise.
  * Thread-safe; must not be called from a signal handler.  No allocation. */

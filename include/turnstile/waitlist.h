@@ -11,7 +11,10 @@
  * An item handed to a waiter whose wait ends at that instant (deadline,
  * cancel) is never lost and never given twice: whichever lands first under
  * the pool's lock wins, and an item that reached the waiter before it left
- * the queue is a success.
+ * the queue is a success.  A deadline means never after it: a taker whose
+ * deadline has passed is given no item and no creation slot, even if it
+ * has not left the queue yet (ETIMEDOUT; the next taker gets it).  The
+ * clock is read only for a taker that has a deadline.
  */
 #ifndef TURNSTILE_WAITLIST_H
 #define TURNSTILE_WAITLIST_H

@@ -57,7 +57,9 @@
  *                        never to happen to a real return); +UNIT; drain
  *                        unless CLOSED; unlock_and_wake
  * drain                  while available > 0 && queue: batch full? more;
- *                        unlink head, -UNIT, exchange GRANTED, collect a wake
+ *                        unlink head; its deadline passed? exchange
+ *                        EXPIRED (no pass moves); else -UNIT, exchange
+ *                        GRANTED; collect a wake
  *                        if it was SLEEPING (one step: WAITERS is set, the
  *                        head is only unlinked under the lock); queue empty?
  *                        clear WAITERS
@@ -121,6 +123,9 @@
  *    of the word, ceiling, lock or busy count by anyone fails.  The cancel
  *    token likewise (destroyed by the last of its waiters, after the
  *    fire's FIRING);
+ *  - NEVER AFTER THE DEADLINE: a waiter is never granted once its
+ *    deadline has passed (Clock passes each deadline at any moment; a
+ *    waiter times out only after it);
  *  - at the end: queue empty, WAITERS clear, every pass free and none
  *    held (no pass lost or doubled), busy 0.
  *
@@ -130,7 +135,8 @@
  * above), FREE_WITHOUT_BUSY_WAIT (free only passes through the lock: it
  * overtakes a close or drain between its batches), BUSY_AFTER_UNLOCK
  * (busy marked just after the unlock that opens a gap: free passes through
- * the lock in that window).
+ * the lock in that window), GRANT_EXPIRED (drain grants a head whose
+ * deadline has passed: the rule before issue 21).
  *
  * ABSTRACTED: memory order (every step is sequentially consistent: the
  * happens-before of issue 11 section 1 is for TSan, not for this model);
@@ -150,7 +156,7 @@
 #define CEIL 1          /* the ceiling at the start */
 #endif
 #ifndef DLMASK
-#define DLMASK 1        /* waiters with a deadline (may time out any time) */
+#define DLMASK 1        /* waiters with a deadline (it passes any time: Clock) */
 #endif
 #ifndef CXMASK
 #define CXMASK 0        /* waiters watching the cancel token */
@@ -184,6 +190,7 @@
 #define CLOSEDST 4
 #define FINAL GRANTED
 #define TIMEDOUT 5
+#define EXPIREDST 7     /* final: a granter found the deadline passed */
 #define CANCELED 6
 #define NONE 255
 
@@ -216,6 +223,7 @@ byte held = NR;         /* passes issued and not yet returned */
 byte open = NW;         /* waits not yet returned */
 bool freeing, freed, tfreed;
 bool dead[NW];          /* the waiter's wait returned: its node is dead */
+bool expired[NW];       /* the waiter's deadline has passed (Clock) */
 bool unlinked_twice;    /* a leaver was not linked */
 byte cxopen;            /* the token's waits not yet returned */
 byte ended;             /* threads whose calls have all returned */
@@ -275,6 +283,18 @@ inline qremove(me)
 	queue[2] = 0; qlen--
 }
 
+/* Each deadline passes once, at any moment (or, in a run that ends
+ * first, not at all): a waiter times out only after it, and no granter
+ * may grant after it. */
+active proctype Clock()
+{
+	byte i;
+	do
+	:: i < NW -> if :: DL(i) -> expired[i] = true :: else -> skip fi; i++
+	:: i >= NW -> break
+	od
+}
+
 /* waiter_grant(): one exchange on an unlinked node; a wake is owed only if
  * it was SLEEPING */
 inline grant(h, outcome)
@@ -332,11 +352,22 @@ inline drain()
 		if
 		:: avail > 0 && qlen > 0 && !FULL ->
 			assert(!cbit); /* a closed turnstile admits nobody */
-			qpop(h); avail--; held++; wrmw();
+			qpop(h);
+#ifndef MUT_GRANT_EXPIRED
+			if
+			:: DL(h) && expired[h] -> grant(h, EXPIREDST); h = 0
+			:: else ->
+#endif
+				/* a deadline means never after it */
+				assert(!(DL(h) && expired[h]));
+				avail--; held++; wrmw();
 #ifdef MUT_GRANT_AFTER_UNLOCK
-			pub = pub | B(h); h = 0
+				pub = pub | B(h); h = 0
 #else
-			grant(h, GRANTED); h = 0
+				grant(h, GRANTED); h = 0
+#endif
+#ifndef MUT_GRANT_EXPIRED
+			fi
 #endif
 		:: else ->
 			if
@@ -508,8 +539,8 @@ proctype Waiter(byte me)
 		:: !cbit && !wbit && avail > 0 -> avail--; held++; wrmw(); r = GRANTED
 		:: else ->
 			if
-			:: DL(me) -> r = TIMEDOUT
-			:: true ->
+			:: DL(me) && expired[me] -> r = TIMEDOUT
+			:: !(DL(me) && expired[me]) ->
 				if :: !wbit -> wbit = true; wrmw() :: else -> skip fi;
 				queue[qlen] = me; qlen++;
 				sp = (qlen == 1); r = QUEUED
@@ -532,7 +563,7 @@ proctype Waiter(byte me)
 		if
 		:: st[me] >= FINAL -> r = st[me]; goto parked
 		:: CX(me) && flag != 0 -> r = CANCELED; goto parked
-		:: DL(me) -> r = TIMEDOUT; goto parked
+		:: DL(me) && expired[me] -> r = TIMEDOUT; goto parked
 		:: true -> skip
 		fi
 	:: else -> skip
@@ -541,7 +572,7 @@ park:
 #ifdef MUT_CANCEL_BEFORE_SLEEP
 	if
 	:: CX(me) && flag != 0 -> r = CANCELED; goto parked
-	:: !(CX(me) && flag != 0) && DL(me) -> r = TIMEDOUT; goto parked
+	:: !(CX(me) && flag != 0) && DL(me) && expired[me] -> r = TIMEDOUT; goto parked
 	:: !(CX(me) && flag != 0) -> skip
 	fi;
 #endif
@@ -557,14 +588,14 @@ park:
 #ifndef MUT_CANCEL_BEFORE_SLEEP
 	if
 	:: CX(me) && flag != 0 -> r = CANCELED; goto parked
-	:: !(CX(me) && flag != 0) && DL(me) -> r = TIMEDOUT; goto parked
+	:: !(CX(me) && flag != 0) && DL(me) && expired[me] -> r = TIMEDOUT; goto parked
 	:: !(CX(me) && flag != 0) -> skip
 	fi;
 #endif
 	atomic { if :: st[me] == SLEEPING -> asleep[me] = true :: else -> skip fi };
 	if
 	:: !asleep[me] -> skip
-	:: DL(me) && asleep[me] -> asleep[me] = false
+	:: DL(me) && expired[me] && asleep[me] -> asleep[me] = false
 	:: spur < SPUR && asleep[me] -> spur++; asleep[me] = false
 	fi;
 	goto park;
