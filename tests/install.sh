@@ -45,6 +45,6 @@ fi
 for h in man/man3/ts_turnstile_wait.3 man/man3/ts_waitlist.3; do
 	find "$dest" -path "*/share/$h" | grep -q . || { echo "install: $h missing" >&2; exit 1; }
 done
-for h in turnstile.h turnstile/turnstile.h turnstile/waitlist.h; do
+for h in turnstile.h turnstile.hpp turnstile/turnstile.h turnstile/waitlist.h; do
 	find "$dest" -path "*/include/$h" | grep -q . || { echo "install: $h missing" >&2; exit 1; }
 done
