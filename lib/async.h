@@ -45,6 +45,13 @@
  * the loop slept forever (the async benchmark hung on it;
  * tests/model/async.pml keeps that dispatch as a mutation it catches).
  *
+ * LOOP-LOCAL.  A notifier whose loop calls ts_notifier_before_poll on
+ * every turn records that thread.  A push made by that thread (a return or
+ * put from its own socket handlers or callbacks) takes neither the hold
+ * nor the kick: the same thread runs before_poll (or dispatch) before it
+ * can block, and that call looks at the stack; signalled is left alone,
+ * so the argument above still covers every push from another thread.
+ *
  * Everything else in the notifier and in a pending node (ready list,
  * deadline heap, pending count, flags) belongs to the loop thread alone. */
 #ifndef TS_LIB_ASYNC_H

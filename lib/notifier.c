@@ -25,6 +25,10 @@ struct ts_notifier {
 	_Atomic uint32_t signalled; /* 1: the fd is written, or a dispatch runs (async.h) */
 	_Atomic uint32_t holds;     /* granters between push and release (busy.h) */
 	_Atomic uint64_t completions, fd_writes;
+	/* LOOP-LOCAL: the loop calls ts_notifier_before_poll on every turn;
+	 * which thread it is (&loop_mark of that thread), NULL before the
+	 * first call.  Written by the loop only when it changes. */
+	_Atomic(const void *) loop_thread;
 	/* the loop thread's alone */
 	_Alignas(64) int epfd, evfd, tfd;
 	bool dispatching;
@@ -121,10 +125,34 @@ void ts_lib_async_complete(struct async_node *a, uint32_t outcome, struct wakeup
 	ts_lib_notifier_push(a, wk);
 }
 
-/* Push @a, whose final state is published, onto its notifier's stack. */
+/* Its address names this thread (LOOP-LOCAL). */
+static _Thread_local char loop_mark;
+
+/* Push @a, whose final state is published, onto its notifier's stack.
+ *
+ * LOOP-LOCAL: pushed by the loop's own thread (a pass returned or an item
+ * put from a socket handler, or from a callback) to a notifier whose loop
+ * calls ts_notifier_before_poll before it blocks, the node needs no kick:
+ * this very thread collects the stack in that call, before it can block,
+ * and no hold: nobody else frees a notifier, and this thread is busy
+ * here.  The counter is bumped before the push, the node's last touch of
+ * @n: once pushed, the node is the loop's.  A thread that only believes it
+ * is the loop (the notifier moved to another thread, which has not called
+ * before_poll yet) pushes without a kick all the same; the new loop calls
+ * before_poll before it blocks, and collects it then. */
 void ts_lib_notifier_push(struct async_node *a, struct wakeups *wk)
 {
 	ts_notifier *n = a->notifier;
+	if (atomic_load_explicit(&n->loop_thread, memory_order_relaxed) == &loop_mark) {
+		atomic_fetch_add_explicit(&n->completions, 1, memory_order_relaxed);
+		struct async_node *top = atomic_load_explicit(&n->stack, memory_order_relaxed);
+		do
+			a->stack_next = top;
+		while (!atomic_compare_exchange_weak_explicit(&n->stack, &top, a,
+							      memory_order_release,
+							      memory_order_relaxed));
+		return;
+	}
 
 	/* The hold first: once pushed, the node may be dispatched and the
 	 * notifier freed, but not while we hold it. */
@@ -509,6 +537,30 @@ static size_t ready_count(const ts_notifier *n)
  * an fd write, but a stream of them cannot keep the loop here forever. */
 #define DISPATCH_ROUNDS 4
 
+/* What is left after the rounds waits for the next call: make the fd
+ * say so (once: only a 0 -> 1 exchange writes). */
+static void announce_leftovers(ts_notifier *n)
+{
+	if ((n->ready_head || atomic_load_explicit(&n->stack, memory_order_acquire) ||
+	     atomic_load_explicit(&n->poked, memory_order_acquire)) &&
+	    !atomic_exchange_explicit(&n->signalled, 1, memory_order_acq_rel))
+		write_fd(n);
+}
+
+/* Collect and run, for at most DISPATCH_ROUNDS rounds. */
+static int run_rounds(ts_notifier *n)
+{
+	int ran = 0;
+	ts_lib_notifier_collect(n);
+	for (int round = 0; round < DISPATCH_ROUNDS; round++) {
+		ran += run_ready(n, ready_count(n));
+		if (!atomic_load_explicit(&n->stack, memory_order_acquire))
+			break;
+		ts_lib_notifier_collect(n);
+	}
+	return ran;
+}
+
 /* signalled (NO LOST WAKE-UP in async.h) is held at 1 while dispatch
  * runs, so granters push without writing the fd; at the end it is cleared
  * and the stack looked at once more: a push that came before the clear is
@@ -529,18 +581,29 @@ TS_API int ts_notifier_dispatch(ts_notifier *n)
 	look_remote(n, ts_now_ns());
 	ts_lib_notifier_collect(n);
 	expire(n);
-	int ran = 0;
-	for (int round = 0; round < DISPATCH_ROUNDS; round++) {
-		ran += run_ready(n, ready_count(n));
-		if (!atomic_load_explicit(&n->stack, memory_order_acquire))
-			break;
-		ts_lib_notifier_collect(n);
-	}
+	int ran = run_rounds(n);
 	atomic_exchange_explicit(&n->signalled, 0, memory_order_acq_rel);
-	if ((n->ready_head || atomic_load_explicit(&n->stack, memory_order_acquire) ||
-	     atomic_load_explicit(&n->poked, memory_order_acquire)) &&
-	    !atomic_exchange_explicit(&n->signalled, 1, memory_order_acq_rel))
-		write_fd(n); /* left for the next call: make the fd say so */
+	announce_leftovers(n);
+	n->dispatching = false;
+	return ran;
+}
+
+/* LOOP-LOCAL (ts_lib_notifier_push): from the first call on, this thread's
+ * completions for @n are not announced by the fd, so they are run here,
+ * before the loop blocks: no system call when nothing was left, and none
+ * at all for what this thread completed.  signalled is not touched (only
+ * dispatch clears it), so a kick owed by another thread still lands. */
+TS_API int ts_notifier_before_poll(ts_notifier *n)
+{
+	if (!n || n->dispatching)
+		return 0;
+	if (atomic_load_explicit(&n->loop_thread, memory_order_relaxed) != &loop_mark)
+		atomic_store_explicit(&n->loop_thread, &loop_mark, memory_order_relaxed);
+	if (!n->ready_head && !atomic_load_explicit(&n->stack, memory_order_acquire))
+		return 0;
+	n->dispatching = true;
+	int ran = run_rounds(n);
+	announce_leftovers(n);
 	n->dispatching = false;
 	return ran;
 }

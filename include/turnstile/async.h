@@ -108,6 +108,22 @@ TS_API int ts_notifier_fd(const ts_notifier *n);
  * only. */
 TS_API int ts_notifier_dispatch(ts_notifier *n);
 
+/* ts_notifier_before_poll - for a loop that calls it on every turn, just
+ * before it blocks on the fd (epoll_wait, poll, a uv_prepare_t): runs the
+ * callbacks of waits this thread completed since the last dispatch (a pass
+ * returned or an item put outside dispatch, from a socket handler, to
+ * another node of @n), as ts_notifier_dispatch would, and returns how many
+ * ran.  From its first call on, such completions made on the calling
+ * thread no longer write the fd nor cost a trip through poll: they wait
+ * for this call (or ts_notifier_dispatch), so the loop must make it before
+ * every wait on the fd.  Completions from other threads still make the fd
+ * readable; the fd keeps its meaning for them, and for what this call
+ * leaves after a few rounds.  No system call unless something is left.
+ * The callback rules are those of dispatch (never inside the returning
+ * call, no lock held).  A call from a callback runs nothing.  NULL: 0.
+ * Loop thread only. */
+TS_API int ts_notifier_before_poll(ts_notifier *n);
+
 /* ts_notifier_read_counters - copy @n's counters into @out (zeros for NULL
  * @n; NULL @out: no-op).  Loop thread only. */
 TS_API void ts_notifier_read_counters(const ts_notifier *n, ts_notifier_counters *out);

@@ -180,6 +180,7 @@ int main()
 	CHECK(ts_async_cancel(&node) == 0);
 	CHECK(ts_async_cancel(&node) == ENOENT);
 	CHECK(ts_async_result(&node) == ENOENT);
+	CHECK(ts_notifier_before_poll(n) == 0);
 	CHECK(ts_notifier_dispatch(n) == 0 && got_turn.result == -99);
 	CHECK(ts_turnstile_wait_async(lt, &claim, ts_now_ns() + 5000000000LL, nullptr, n, &node,
 				      record, &got_turn, &now) == EINPROGRESS);

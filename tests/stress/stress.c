@@ -896,6 +896,10 @@ static void *async_loop_main(void *arg)
 				atomic_fetch_add(&ops, 1);
 			}
 		}
+		/* loop 1 is loop-local: its own returns and puts, made above
+		 * outside dispatch, write no fd and run here */
+		if (l->id == 1)
+			ts_notifier_before_poll(l->n);
 		poll(&pfd, 1, 1);
 		ts_notifier_dispatch(l->n);
 	}
