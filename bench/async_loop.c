@@ -11,8 +11,10 @@
  *
  *   turnstile  ts_turnstile_wait_async on the loops, one ts_notifier per
  *              loop whose fd a uv_poll_t watches (the poll callback calls
- *              ts_notifier_dispatch); ts_turnstile_wait on the blocking
- *              threads.
+ *              ts_notifier_dispatch) and a uv_prepare_t that calls
+ *              ts_notifier_before_poll (the loop's own hand-offs without
+ *              the fd, man 3 ts_notifier); ts_turnstile_wait on the
+ *              blocking threads.
  *   libuv      one pthread mutex over a binary heap of every waiter (band,
  *              since, seq, arrival) and a count of free passes.  A return
  *              pops the best waiter: a loop client is appended to its
@@ -159,6 +161,7 @@ struct loop {
 	int id;
 	uv_loop_t uv;
 	uv_poll_t poll;     /* turnstile */
+	uv_prepare_t prepare; /* turnstile: ts_notifier_before_poll */
 	ts_notifier *n;     /* turnstile */
 	uv_async_t async;   /* libuv */
 	struct qent *granted_head, *granted_tail; /* libuv, under r->mu */
@@ -362,6 +365,8 @@ static void loop_finish_client(struct loop *l)
 		/* ts_notifier_free waits for any granter still inside its call */
 		uv_poll_stop(&l->poll);
 		uv_close((uv_handle_t *)&l->poll, NULL);
+		uv_prepare_stop(&l->prepare);
+		uv_close((uv_handle_t *)&l->prepare, NULL);
 	} else {
 		/* a granter may be between its unlock and its uv_async_send:
 		 * the handle stays open until main says every thread is done */
@@ -465,6 +470,14 @@ static void on_readable(uv_poll_t *h, int status, int events)
 	ts_notifier_dispatch(l->n);
 }
 
+/* turnstile: right before libuv polls, what this loop completed for its
+ * own clients (man 3 ts_notifier, "The loop's own hand-offs") */
+static void on_prepare(uv_prepare_t *h)
+{
+	struct loop *l = h->data;
+	ts_notifier_before_poll(l->n);
+}
+
 /* libuv: clients of this loop were granted */
 static void on_async(uv_async_t *h)
 {
@@ -498,9 +511,12 @@ static void *loop_main(void *p)
 		if (!(l->n = ts_notifier_new()))
 			die("ts_notifier_new", errno);
 		if ((e = uv_poll_init(&l->uv, &l->poll, ts_notifier_fd(l->n))) ||
-		    (e = uv_poll_start(&l->poll, UV_READABLE, on_readable)))
+		    (e = uv_poll_start(&l->poll, UV_READABLE, on_readable)) ||
+		    (e = uv_prepare_init(&l->uv, &l->prepare)) ||
+		    (e = uv_prepare_start(&l->prepare, on_prepare)))
 			die(uv_strerror(e), 0);
 		l->poll.data = l;
+		l->prepare.data = l;
 	} else {
 		if ((e = uv_async_init(&l->uv, &l->async, on_async)))
 			die(uv_strerror(e), 0);

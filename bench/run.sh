@@ -94,6 +94,12 @@ else
 	echo "### Event-loop waiters: not measured (bench/async_loop needs libuv; configure did not find it)"
 fi
 
+# 6c. a loop handing passes to its own clients outside dispatch (pgproxy's
+# pattern), with ts_notifier_before_poll and without it (every loop before it)
+for c in 1 4; do
+	./bench/loop_handoff --repeats $async_repeats --ms $async_ms --conc $c --hold 1000 --csv "$csv"
+done
+
 # 7. futex system calls per admission, every implementation, under strace
 echo
 echo "### Futex system calls per admission (T=16 C=2 hold=1us, one 100 ms run each under strace -f; tracing slows every call, so compare the implementations with each other, not with the untraced runs)"

@@ -75,6 +75,14 @@ row_measured "event loop $a: p99 wait ≤ libuv's" \
 v=$(val async "$a" turnstile 'fd writes/completion')
 row_measured "event loop $a: fd writes per completion ≤ 0.2" \
 	"$v (libuv: $(val async "$a" libuv 'fd writes/completion') uv_async_send calls)" "$v <= 0.2" "$v"
+o="L=1x64 C=1 hold=1000ns"
+v=$(val loop_handoff "$o" before_poll 'fd writes/hand-off')
+row_measured "a loop returning passes to its own clients ($o): 0 fd writes per hand-off" \
+	"$v (without before_poll: $(val loop_handoff "$o" fd 'fd writes/hand-off'))" "$v == 0" "$v"
+q=$(ratio loop_handoff "$o" before_poll hand-offs/s)
+row_measured "…and ≥ 1.3× the hand-offs/s of a loop without before_poll (f9ce938's path)" \
+	"${q}× ($(val loop_handoff "$o" before_poll hand-offs/s) vs $(val loop_handoff "$o" fd hand-offs/s) /s; C=4: $(ratio loop_handoff "L=1x64 C=4 hold=1000ns" before_poll hand-offs/s)×)" \
+	"$q >= 1.3" "$q"
 v=$(val async_audit "C=1 L=2x1000 B=2" turnstile violations)
 row_measured "event loop order violations (C=1): 0" \
 	"$v (libuv $(val async_audit "C=1 L=2x1000 B=2" libuv violations))" "$v == 0" "$v"
