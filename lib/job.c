@@ -103,8 +103,8 @@ TS_API ts_pass ts_wait_turn(ts_job *job)
 
 /* Fails open as ts_wait_turn: a refusal at once is an unissued pass (0),
  * and the node's callback gets result 0 whatever ended the wait. */
-TS_API int ts_wait_turn_async(ts_job *job, ts_notifier *n, ts_async *node, ts_async_fn fn,
-			      void *arg, ts_pass *pass)
+TS_API int ts_private_wait_turn_async_slow(ts_job *job, ts_notifier *n, ts_async *node,
+					   ts_async_fn fn, void *arg, ts_pass *pass)
 {
 	if (!pass)
 		return EINVAL;
@@ -120,4 +120,10 @@ TS_API int ts_wait_turn_async(ts_job *job, ts_notifier *n, ts_async *node, ts_as
 	r = ts_lib_turnstile_wait_async(t, &job->private_claim, job->private_deadline_ns,
 					job->private_cancel, n, node, fn, arg, pass, true);
 	return r == EINPROGRESS || r == ENOMEM ? r : 0;
+}
+
+TS_API int ts_wait_turn_async(ts_job *job, ts_notifier *n, ts_async *node, ts_async_fn fn,
+			      void *arg, ts_pass *pass)
+{
+	TS_PRIVATE_WAIT_TURN_ASYNC_BODY
 }

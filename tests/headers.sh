@@ -5,7 +5,8 @@
 #     -Wall -Wextra -Wpedantic -Wdeclaration-after-statement -Werror, and as
 #     C++17 with g++ and clang++ (-Wall -Wextra -Wpedantic -Werror);
 #  2. a C program whose inlined fast paths (ts_turnstile_wait, ts_pass_return,
-#     ts_wait_turn, ts_turnstile_wait_async) are instantiated, same C flags;
+#     ts_wait_turn, ts_turnstile_wait_async, ts_wait_turn_async) are
+#     instantiated, same C flags;
 #  3. tests/cxx/api.cc, which calls every public function (checked against
 #     the headers' TS_API declarations), built with g++ and clang++, linked
 #     to the library and run.  In sanitizer builds only g++ links it (the
@@ -55,6 +56,8 @@ int use_fast_paths(ts_turnstile *t, ts_job *job, ts_notifier *n, ts_async *node)
 	turn = ts_wait_turn(job);
 	ts_pass_return(&turn);
 	if (ts_turnstile_wait_async(t, &claim, 0, NULL, n, node, on_turn, NULL, &now) == 0)
+		ts_pass_return(&now);
+	if (ts_wait_turn_async(job, n, node, on_turn, NULL, &now) == 0)
 		ts_pass_return(&now);
 	return r;
 }

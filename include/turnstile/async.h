@@ -208,6 +208,10 @@ TS_API int ts_private_wait_async_slow(ts_turnstile *t, const ts_claim *claim, in
 				      ts_cancel *cancel, ts_notifier *n, ts_async *node,
 				      ts_async_fn fn, void *arg, ts_pass *pass);
 
+/* Private: ts_wait_turn_async past its inlined fast path. */
+TS_API int ts_private_wait_turn_async_slow(ts_job *job, ts_notifier *n, ts_async *node,
+					   ts_async_fn fn, void *arg, ts_pass *pass);
+
 TS_END_DECLS
 
 #ifndef __cplusplus
@@ -220,7 +224,24 @@ TS_END_DECLS
 		return 0;                                                      \
 	return ts_private_wait_async_slow(t, claim, deadline_ns, cancel, n, node, fn, arg, pass);
 
+/* A job's turn on the turnstile cached in it (its first turn on a shard
+ * goes to the library), granted at once: the same lock-free take. */
+#define TS_PRIVATE_WAIT_TURN_ASYNC_BODY                                       \
+	if (job && n && node && fn && pass && !node->private_pending) {       \
+		ts_turnstile *t = atomic_load_explicit(&job->private_turnstile, \
+						       memory_order_acquire); \
+		if (t && ts_private_take_fast(t, job->private_cancel, pass))  \
+			return 0;                                              \
+	}                                                                     \
+	return ts_private_wait_turn_async_slow(job, n, node, fn, arg, pass);
+
 #ifdef TS_PRIVATE_INLINE_FAST_PATHS
+TS_PRIVATE_INLINE int ts_wait_turn_async(ts_job *job, ts_notifier *n, ts_async *node,
+					 ts_async_fn fn, void *arg, ts_pass *pass)
+{
+	TS_PRIVATE_WAIT_TURN_ASYNC_BODY
+}
+
 TS_PRIVATE_INLINE int ts_turnstile_wait_async(ts_turnstile *t, const ts_claim *claim,
 					      int64_t deadline_ns, ts_cancel *cancel,
 					      ts_notifier *n, ts_async *node, ts_async_fn fn,
