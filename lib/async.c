@@ -72,7 +72,7 @@ void ts_lib_async_prepare(struct async_node *a, enum async_kind kind, void *obje
 	a->stack_next = a->ready_prev = a->ready_next = NULL;
 	a->pass = (ts_pass)TS_PASS_NONE;
 	a->item = NULL;
-	a->pending = a->in_ready = a->fail_open = a->completed = false;
+	a->pending = a->in_ready = a->fail_open = false;
 	waiter_init(async_waiter(a), kind == ASYNC_TURN	 ? &async_turn_ops
 				     : kind == ASYNC_TAKE ? &async_take_ops
 							  : &async_shared_ops);
@@ -143,6 +143,7 @@ int ts_lib_async_begin(struct async_node *a)
 	ts_notifier *n = a->notifier;
 
 	a->pending = true;
+	a->completed = false; /* a new queued wait: ts_async_result's from now on */
 	ts_lib_notifier_track(n, a);
 	TS_PROBE2(async__queue, a->object, a->kind);
 	if (!a->cancel)

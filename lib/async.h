@@ -46,11 +46,14 @@
  * tests/model/async.pml keeps that dispatch as a mutation it catches).
  *
  * LOOP-LOCAL.  A notifier whose loop calls ts_notifier_before_poll on
- * every turn records that thread.  A push made by that thread (a return or
- * put from its own socket handlers or callbacks) takes neither the hold
- * nor the kick: the same thread runs before_poll (or dispatch) before it
- * can block, and that call looks at the stack; signalled is left alone,
- * so the argument above still covers every push from another thread.
+ * every turn records that thread (a number never reused).  A push made by
+ * that thread (a return or put from its own socket handlers or callbacks)
+ * owes no kick: the same thread runs before_poll (or dispatch) before it
+ * can block, and that call looks at the stack.  It still holds the
+ * notifier, and reads the recorded thread again after its push: a loop
+ * that took the notifier over meanwhile either sees the node in its own
+ * look or is kicked (ts_lib_notifier_push).  signalled is left alone, so
+ * the argument above still covers every push from another thread.
  *
  * Everything else in the notifier and in a pending node (ready list,
  * deadline heap, pending count, flags) belongs to the loop thread alone. */

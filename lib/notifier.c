@@ -26,9 +26,9 @@ struct ts_notifier {
 	_Atomic uint32_t holds;     /* granters between push and release (busy.h) */
 	_Atomic uint64_t completions, fd_writes;
 	/* LOOP-LOCAL: the loop calls ts_notifier_before_poll on every turn;
-	 * which thread it is (&loop_mark of that thread), NULL before the
-	 * first call.  Written by the loop only when it changes. */
-	_Atomic(const void *) loop_thread;
+	 * which thread it is (this_thread()), 0 before the first call.
+	 * Written by the loop only when it changes. */
+	_Atomic uint64_t loop_thread;
 	/* the loop thread's alone */
 	_Alignas(64) int epfd, evfd, tfd;
 	bool dispatching;
@@ -125,32 +125,48 @@ void ts_lib_async_complete(struct async_node *a, uint32_t outcome, struct wakeup
 	ts_lib_notifier_push(a, wk);
 }
 
-/* Its address names this thread (LOOP-LOCAL). */
-static _Thread_local char loop_mark;
+/* A number for the calling thread, never given to another (LOOP-LOCAL:
+ * a thread's address would be reused by a later thread). */
+static _Thread_local uint64_t thread_number;
+static _Atomic uint64_t next_thread_number = 1;
+
+static uint64_t this_thread(void)
+{
+	if (!thread_number)
+		thread_number = atomic_fetch_add_explicit(&next_thread_number, 1,
+							  memory_order_relaxed);
+	return thread_number;
+}
 
 /* Push @a, whose final state is published, onto its notifier's stack.
  *
- * LOOP-LOCAL: pushed by the loop's own thread (a pass returned or an item
- * put from a socket handler, or from a callback) to a notifier whose loop
- * calls ts_notifier_before_poll before it blocks, the node needs no kick:
- * this very thread collects the stack in that call, before it can block,
- * and no hold: nobody else frees a notifier, and this thread is busy
- * here.  The counter is bumped before the push, the node's last touch of
- * @n: once pushed, the node is the loop's.  A thread that only believes it
- * is the loop (the notifier moved to another thread, which has not called
- * before_poll yet) pushes without a kick all the same; the new loop calls
- * before_poll before it blocks, and collects it then. */
+ * LOOP-LOCAL: pushed by the thread a loop that calls
+ * ts_notifier_before_poll on every turn last named (a pass returned or an
+ * item put from its socket handlers or callbacks), the node needs no
+ * kick (no fd write, no signalled exchange): this very thread runs
+ * before_poll (or dispatch) before it can block, and that call looks at
+ * the stack.  The hold is taken all the same, and loop_thread read again
+ * after the push (both seq_cst, as is
+ * before_poll's store and its look at the stack): if the notifier moved
+ * to a new loop meanwhile, either that loop's look comes after our push
+ * and sees the node, or our second read sees the new loop and we kick as
+ * any other thread would. */
 void ts_lib_notifier_push(struct async_node *a, struct wakeups *wk)
 {
 	ts_notifier *n = a->notifier;
-	if (atomic_load_explicit(&n->loop_thread, memory_order_relaxed) == &loop_mark) {
-		atomic_fetch_add_explicit(&n->completions, 1, memory_order_relaxed);
+	uint64_t me = this_thread();
+	if (atomic_load_explicit(&n->loop_thread, memory_order_relaxed) == me) {
+		atomic_fetch_add_explicit(&n->holds, 1, memory_order_relaxed);
 		struct async_node *top = atomic_load_explicit(&n->stack, memory_order_relaxed);
 		do
 			a->stack_next = top;
 		while (!atomic_compare_exchange_weak_explicit(&n->stack, &top, a,
-							      memory_order_release,
+							      memory_order_seq_cst,
 							      memory_order_relaxed));
+		atomic_fetch_add_explicit(&n->completions, 1, memory_order_relaxed);
+		bool kick = atomic_load_explicit(&n->loop_thread, memory_order_seq_cst) != me &&
+			    !atomic_exchange_explicit(&n->signalled, 1, memory_order_acq_rel);
+		wakeups_add_call(wk, notifier_release, n, kick); /* the hold ends after the unlock */
 		return;
 	}
 
@@ -597,9 +613,10 @@ TS_API int ts_notifier_before_poll(ts_notifier *n)
 {
 	if (!n || n->dispatching)
 		return 0;
-	if (atomic_load_explicit(&n->loop_thread, memory_order_relaxed) != &loop_mark)
-		atomic_store_explicit(&n->loop_thread, &loop_mark, memory_order_relaxed);
-	if (!n->ready_head && !atomic_load_explicit(&n->stack, memory_order_acquire))
+	uint64_t me = this_thread();
+	if (atomic_load_explicit(&n->loop_thread, memory_order_relaxed) != me)
+		atomic_store_explicit(&n->loop_thread, me, memory_order_seq_cst);
+	if (!n->ready_head && !atomic_load_explicit(&n->stack, memory_order_seq_cst))
 		return 0;
 	n->dispatching = true;
 	int ran = run_rounds(n);

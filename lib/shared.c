@@ -82,7 +82,7 @@
 #include "waiter.h"
 
 #define SHARED_MAGIC 0x31444552414853ddull
-#define SHARED_VERSION 1u
+#define SHARED_VERSION 2u /* 2: a waiter slot holds its deadline */
 
 /* process slot word: held | cache << 32 | DRAINED */
 #define PW_HELD ((uint64_t)1)
@@ -966,6 +966,8 @@ static int wait_queued(struct shared_handle *h, struct seg_proc *me, const ts_cl
 		return 0;
 	case WAITER_CLOSED:
 		return ESHUTDOWN;
+	case WAITER_EXPIRED: /* a granter found the deadline passed first */
+		return ETIMEDOUT;
 	default:
 		return outcome == WAITER_CANCELED ? ECANCELED : ETIMEDOUT;
 	}

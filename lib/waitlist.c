@@ -8,16 +8,24 @@
  *
  * INVARIANTS, whenever the lock is free:
  *  - no item is ever handed to a loading taker: it could not use it until
- *    its load returns.  A returned item goes to the oldest idle taker
- *    (oldest_idle), and onto the ready stack only if none waits; so a
- *    non-empty ready stack means every queued taker is loading.
- *  - a queued idle taker waits only while every slot is in use: a slot
- *    freed by a failed load or a discard goes at once to the oldest idle
- *    taker (pass_slot).
- *  - so every loader is queued ahead of every idle taker: a taker joins
- *    with a slot only when one is free, and then nobody idle waits; a slot
- *    passed later goes to the first idle taker.  A loader whose load
- *    returned is therefore the oldest idle taker, and keeps its item.
+ *    its load returns.  A returned item goes to the oldest LIVE idle taker
+ *    (oldest_live: idle, its deadline not passed), and onto the ready
+ *    stack only if none waits; so a non-empty ready stack means every
+ *    queued taker is loading or past its deadline.
+ *  - NEVER AFTER THE DEADLINE: an idle taker whose deadline has passed is
+ *    handed nothing, neither an item nor a slot, even while it is still
+ *    queued: it is passed over and left to leave by itself (a thread's own
+ *    futex sleep ends at that deadline, a loop's timer fires at it), so
+ *    passing it over takes no wake and changes no link.  The clock is read
+ *    only when a taker with a deadline is looked at.
+ *  - a queued live idle taker waits only while every slot is in use: a
+ *    slot freed by a failed load or a discard goes at once to the oldest
+ *    live idle taker (pass_slot).
+ *  - so every loader is queued ahead of every live idle taker: a taker
+ *    joins with a slot only when one is free, and then nobody live and
+ *    idle waits; a slot passed later goes to the first live idle taker.  A
+ *    loader whose load returned is therefore the oldest live idle taker,
+ *    and keeps its item.
  *  - loads never need the ready stack (by the above), only put pushes, and
  *    it grows the stack outside the lock: nothing under the lock allocates
  *    or sleeps.
@@ -35,11 +43,6 @@
  * takes the lock and reads its own state: GRANTED means the item reached it
  * first and it returns it (0); otherwise it unlinks itself, so no later put
  * can pick it.  Either way the item has exactly one owner.
- * NEVER AFTER THE DEADLINE: an idle taker whose deadline has passed is
- * never handed an item or a slot.  Whoever would hand it one (put, a
- * hand-back, a freed slot) unlinks it with EXPIRED instead and looks at
- * the next (oldest_live); it ends in ETIMEDOUT as its own timeout would
- * have ended it.  The clock is read only for a taker that has a deadline.
  * LIFETIME (free after the last return, as POSIX semaphores): every call
  * that hands out an item, a slot or a close does so under the lock and its
  * last touch of the pool is its unlock (a close waking in several batches
@@ -156,6 +159,24 @@ static struct taker *oldest_idle(const ts_waitlist *w)
 	return n;
 }
 
+/* The oldest idle taker that may still be handed something
+ * (NEVER AFTER THE DEADLINE), or NULL.  Lock held. */
+static struct taker *oldest_live(const ts_waitlist *w)
+{
+	int64_t now = 0;
+	for (struct taker *n = oldest_idle(w); n; n = n->next) {
+		if (n->loading)
+			continue;
+		if (!n->deadline_ns)
+			return n;
+		if (!now)
+			now = ts_now_ns();
+		if (now < n->deadline_ns)
+			return n;
+	}
+	return NULL;
+}
+
 static bool slot_free(const ts_waitlist *w)
 {
 	return w->max_items == 0 || w->created < w->max_items;
@@ -180,80 +201,15 @@ void ts_lib_waitlist_delivered(ts_waitlist *w)
 	unkeep(w);
 }
 
-static void count_refusal(ts_waitlist *w, int r);
-
-/* @n, idle, whose deadline has passed, leaves the queue with EXPIRED
- * (NEVER AFTER THE DEADLINE).  A parked thread needs no wake: its futex
- * sleep ends at that same deadline, and leave() finds it unlinked.  An
- * event-loop node is pushed, which takes a wake entry: false, with
- * nothing done, when the batch is full.  Lock held. */
-static bool expire(ts_waitlist *w, struct taker *n, struct wakeups *wk)
-{
-	bool loop = n->w.ops && n->w.ops->loop;
-	if (loop && wakeups_full(wk))
-		return false;
-	unlink_taker(w, n);
-	if (loop) {
-		unkeep(w);
-		count_refusal(w, ETIMEDOUT); /* a blocking taker counts its own */
-		waiter_grant(&n->w, WAITER_EXPIRED, wk);
-	} else {
-		atomic_store_explicit(&n->w.state, WAITER_EXPIRED, memory_order_release);
-	}
-	return true;
-}
-
-/* The oldest idle taker that may still be handed something, after
- * expiring the ones ahead of it; NULL with *@full when the wake batch
- * filled first (the caller wakes it and looks again).  Lock held. */
-static struct taker *oldest_live(ts_waitlist *w, struct wakeups *wk, bool *full)
-{
-	struct taker *n;
-	*full = false;
-	while ((n = oldest_idle(w)) && waiter_expired(n->deadline_ns)) {
-		if (!expire(w, n, wk)) {
-			*full = true;
-			return NULL;
-		}
-	}
-	return n;
-}
-
-/* Lock held: drop it, wake @wk's batch, take it again.  Only for a caller
- * whose own item, slot or take keeps @w alive, or that marked it busy. */
-static void wake_gap(ts_waitlist *w, struct wakeups *wk)
-{
-	spin_unlock(&w->lock);
-	wakeups_flush(wk);
-	wakeups_init(wk);
-	spin_lock(&w->lock);
-}
-
 /* A slot was freed: hand it to the oldest idle taker.  A blocking one
  * wakes and loads; it stays linked: once its load returns it competes for
  * the item at its place in the queue.  An async one leaves the queue with
- * the slot (TS_CREATE): its loop makes the item and owns it.  Lock held;
- * it may be dropped between wake batches of expired takers, with the pool
- * marked busy (a discard's slot no longer keeps it alive). */
+ * the slot (TS_CREATE): its loop makes the item and owns it.  Lock held. */
 static void pass_slot(ts_waitlist *w, struct wakeups *wk)
 {
-	struct taker *n = NULL;
-	int gaps = 0;
-	for (;;) {
-		bool full;
-		if (w->closed || !slot_free(w)) {
-			n = NULL;
-			break;
-		}
-		n = oldest_live(w, wk, &full);
-		if (!full)
-			break;
-		if (!gaps++)
-			busy_enter(&w->busy);
-		wake_gap(w, wk);
-	}
-	if (gaps) /* free passes through the lock we hold: it waits for our unlock */
-		busy_leave(&w->busy);
+	if (w->closed || !slot_free(w))
+		return;
+	struct taker *n = oldest_live(w);
 	if (!n)
 		return;
 	w->created++;
@@ -355,7 +311,7 @@ static int leave(ts_waitlist *w, struct taker *n, int reason, void **out)
 		r = 0;
 	} else if (s == WAITER_CLOSED) {
 		r = ESHUTDOWN;
-	} else if (s != WAITER_EXPIRED) { /* EXPIRED: a granter unlinked it */
+	} else {
 		unlink_taker(w, n);
 	}
 	if (n->loading) /* a slot reached it as it gave up: pass it on */
@@ -597,12 +553,7 @@ static __attribute__((noinline)) bool put_locked(ts_waitlist *w, void *item)
 
 	wakeups_init(&wk);
 	while (!w->closed) {
-		bool full;
-		struct taker *h = oldest_live(w, &wk, &full);
-		if (full) {
-			wake_gap(w, &wk); /* our item is not back: @w lives */
-			continue;
-		}
+		struct taker *h = oldest_live(w);
 		if (h) {
 			give(w, h, item, &wk);
 			ts_hook_at(TS_HOOK_UNLOCKING, w);
@@ -656,10 +607,7 @@ void ts_lib_waitlist_hand_back(ts_waitlist *w, void *item)
 	spin_lock(&w->lock);
 	unkeep(w);
 	TS_CHECK_INVARIANT(room_for_one(w), "KEPT PLACES: no room for a kept place");
-	bool full;
-	struct taker *h;
-	while (!(h = oldest_live(w, &wk, &full)) && full) /* none once closed */
-		wake_gap(w, &wk); /* the item is not back: @w lives */
+	struct taker *h = oldest_live(w); /* none once closed */
 	if (h)
 		give(w, h, item, &wk);
 	else
