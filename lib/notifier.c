@@ -140,35 +140,18 @@ static uint64_t this_thread(void)
 
 /* Push @a, whose final state is published, onto its notifier's stack.
  *
- * LOOP-LOCAL: pushed by the thread a loop that calls
+ * LOOP-LOCAL: a push made by the thread that a loop calling
  * ts_notifier_before_poll on every turn last named (a pass returned or an
- * item put from its socket handlers or callbacks), the node needs no
- * kick (no fd write, no signalled exchange): this very thread runs
- * before_poll (or dispatch) before it can block, and that call looks at
- * the stack.  The hold is taken all the same, and loop_thread read again
- * after the push (both seq_cst, as is
- * before_poll's store and its look at the stack): if the notifier moved
- * to a new loop meanwhile, either that loop's look comes after our push
- * and sees the node, or our second read sees the new loop and we kick as
- * any other thread would. */
+ * item put from its socket handlers or callbacks) owes no kick — no
+ * signalled exchange, no fd write: this very thread runs before_poll (or
+ * dispatch) before it can block, and that call looks at the stack.  The
+ * thread is read after the push, both seq_cst as are before_poll's store
+ * and its look at the stack: if the notifier moved to another loop, either
+ * that loop's look comes after our push and finds the node, or our read
+ * sees the new loop and we kick as any other thread does. */
 void ts_lib_notifier_push(struct async_node *a, struct wakeups *wk)
 {
 	ts_notifier *n = a->notifier;
-	uint64_t me = this_thread();
-	if (atomic_load_explicit(&n->loop_thread, memory_order_relaxed) == me) {
-		atomic_fetch_add_explicit(&n->holds, 1, memory_order_relaxed);
-		struct async_node *top = atomic_load_explicit(&n->stack, memory_order_relaxed);
-		do
-			a->stack_next = top;
-		while (!atomic_compare_exchange_weak_explicit(&n->stack, &top, a,
-							      memory_order_seq_cst,
-							      memory_order_relaxed));
-		atomic_fetch_add_explicit(&n->completions, 1, memory_order_relaxed);
-		bool kick = atomic_load_explicit(&n->loop_thread, memory_order_seq_cst) != me &&
-			    !atomic_exchange_explicit(&n->signalled, 1, memory_order_acq_rel);
-		wakeups_add_call(wk, notifier_release, n, kick); /* the hold ends after the unlock */
-		return;
-	}
 
 	/* The hold first: once pushed, the node may be dispatched and the
 	 * notifier freed, but not while we hold it. */
@@ -176,11 +159,12 @@ void ts_lib_notifier_push(struct async_node *a, struct wakeups *wk)
 	struct async_node *top = atomic_load_explicit(&n->stack, memory_order_relaxed);
 	do
 		a->stack_next = top;
-	while (!atomic_compare_exchange_weak_explicit(&n->stack, &top, a, memory_order_release,
+	while (!atomic_compare_exchange_weak_explicit(&n->stack, &top, a, memory_order_seq_cst,
 						      memory_order_relaxed));
 	/* @a is the loop's now: not touched again */
 	atomic_fetch_add_explicit(&n->completions, 1, memory_order_relaxed);
-	bool kick = !atomic_exchange_explicit(&n->signalled, 1, memory_order_acq_rel);
+	bool local = atomic_load_explicit(&n->loop_thread, memory_order_seq_cst) == this_thread();
+	bool kick = !local && !atomic_exchange_explicit(&n->signalled, 1, memory_order_acq_rel);
 	wakeups_add_call(wk, notifier_release, n, kick);
 }
 

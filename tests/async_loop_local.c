@@ -6,6 +6,7 @@
  * before_poll, the same return writes the fd as it always did; a grant from
  * another thread writes it in either mode. */
 #include <errno.h>
+#include <poll.h>
 
 #include "loops.h"
 
@@ -194,4 +195,53 @@ Test(async_loop_local, an_item_put_on_the_loop_to_its_own_taker_writes_no_fd)
 	cr_assert(ts_waitlist_put(s.w, s.item));
 	cr_assert_eq(loop_stop(&l), 0);
 	ts_waitlist_free(s.w);
+}
+
+/* The thread that called before_poll is gone and the notifier's new loop
+ * only dispatches on the fd: a pass returned by any other thread (even one
+ * that got the old thread's stack, and so its thread-local addresses)
+ * still makes the fd readable. */
+static void *call_before_poll(void *arg)
+{
+	ts_notifier_before_poll(arg);
+	return NULL;
+}
+
+static void *return_pass(void *arg)
+{
+	ts_pass_return(arg);
+	return NULL;
+}
+
+static void count_call(ts_async *node, int result, void *arg)
+{
+	ts_pass p = ts_async_pass(node);
+	THREAD_CHECK(result == 0 && ts_pass_issued(&p));
+	ts_pass_return(&p);
+	atomic_fetch_add((_Atomic int *)arg, 1);
+}
+
+Test(async_loop_local, a_notifier_whose_before_poll_thread_left_is_still_told)
+{
+	ts_notifier *n = ts_notifier_new();
+	ts_turnstile *t = ts_turnstile_new(1);
+	ts_async node = TS_ASYNC_INIT;
+	ts_pass held, p;
+	_Atomic int calls = 0;
+	pthread_t th;
+	cr_assert_not_null(n);
+	start_thread(&th, call_before_poll, n); /* a loop that used before_poll, then left */
+	join_bounded(th);
+	cr_assert_eq(ts_turnstile_wait(t, &band0, 0, NULL, &held), 0);
+	cr_assert_eq(ts_turnstile_wait_async(t, &band1, 0, NULL, n, &node, count_call, &calls, &p),
+		     EINPROGRESS);
+	start_thread(&th, return_pass, &held);
+	join_bounded(th);
+	struct pollfd pfd = { ts_notifier_fd(n), POLLIN, 0 };
+	cr_assert_eq(poll(&pfd, 1, 5000), 1, "the new loop was never told");
+	cr_assert_eq(ts_notifier_dispatch(n), 1);
+	cr_assert_eq(atomic_load(&calls), 1);
+	cr_assert_eq(available(t), 1);
+	cr_assert_eq(ts_notifier_free(n), 0);
+	ts_turnstile_free(t);
 }

@@ -120,8 +120,10 @@ TS_API int ts_notifier_dispatch(ts_notifier *n);
  * readable; the fd keeps its meaning for them, and for what this call
  * leaves after a few rounds.  No system call unless something is left.
  * The callback rules are those of dispatch (never inside the returning
- * call, no lock held).  A call from a callback runs nothing.  NULL: 0.
- * Loop thread only. */
+ * call, no lock held).  Nothing that returns passes may run between this
+ * call and the wait; a thread serving several notifiers calls it on each,
+ * again until a round runs nothing.  A call from a callback runs nothing.
+ * NULL: 0.  Loop thread only. */
 TS_API int ts_notifier_before_poll(ts_notifier *n);
 
 /* ts_notifier_read_counters - copy @n's counters into @out (zeros for NULL
