@@ -75,6 +75,7 @@ catch|turnstile|MUT_RETURN_DRAINS_CLOSED|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=1 -DCLO
 catch|turnstile|MUT_FREE_WITHOUT_BUSY_WAIT|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=1 -DCLOSER=1|ts_turnstile_free does not wait while busy (close in batches)
 catch|turnstile|MUT_GRANT_EXPIRED|-DNW=3 -DNR=1 -DCEIL=1 -DDLMASK=1|drain grants a head whose deadline has passed (a deadline must mean never after it)
 catch|turnstile|MUT_BUSY_AFTER_UNLOCK|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=2 -DRS1=0 -DRS2=2|busy marked after the unlock that opens a gap (drain in batches)
+catch|waitlist|MUT_GIVE_EXPIRED|-DNT=3 -DMAXI=1 -DNPUT=1 -DDLMASK=1 -DSPUR=1|put and a freed slot go to the oldest idle taker even past its deadline
 catch|waitlist|MUT_LOADER_GETS_ITEM|-DNT=3 -DMAXI=3 -DNPUT=0 -DDLMASK=4 -DFAILMASK=1|put and a finished load hand the item to the head, loading or not
 catch|waitlist|MUT_FAILED_LOAD_NO_PASS|-DNT=3 -DMAXI=2 -DNPUT=1 -DDLMASK=1 -DFAILMASK=2 -DDISCMASK=4|a failed load frees its slot without passing it on
 catch|waitlist|MUT_FREE_WITHOUT_BUSY_WAIT|-DNT=3 -DMAXI=1 -DNPUT=0 -DDLMASK=4 -DFAILMASK=1 -DCLOSER=1|ts_waitlist_free does not wait while busy (close in batches)

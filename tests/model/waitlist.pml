@@ -67,6 +67,10 @@
  *    is in use, and only while nothing is ready;
  *  - an item is never handed to a loading taker (give, finish_load), and a
  *    loader that made an item is the oldest idle taker;
+ *  - NEVER AFTER THE DEADLINE: neither an item nor a slot is ever handed
+ *    to a taker whose deadline has passed (Clock passes each at any
+ *    moment; a taker times out only after it); "idle" above means idle
+ *    and not past its deadline;
  *  - a grant never meets a final state nor a taker that has returned; a
  *    leaver is linked; free after the last return as in turnstile.pml
  *    (effects: put, discard, close; free passes through the lock, then
@@ -78,7 +82,9 @@
  * the head taker, loading or not, and a loader whose item went to an older
  * taker queues again without a slot), FAILED_LOAD_NO_PASS,
  * FREE_WITHOUT_BUSY_WAIT (free overtakes a close between its batches:
- * needs two takers asleep at the close, check.sh's close-batches).
+ * needs two takers asleep at the close, check.sh's close-batches),
+ * GIVE_EXPIRED (put and a freed slot go to the oldest idle taker, past its
+ * deadline or not: the rule before issue 21).
  *
  * ABSTRACTED: as turnstile.pml; max_waiters (EAGAIN); try_take and stats
  * (lock, read, unlock); the ready stack's growth; item identities (items
@@ -175,6 +181,7 @@ byte held = NPUT;       /* items out of the pool: with a user, or in a granted n
 bool freeing, freed, tfreed;
 bool unlinked_twice;
 bool dead[NT];
+bool expired[NT];       /* the taker's deadline has passed (Clock) */
 byte cxopen;
 byte ended;
 byte know[NP];
@@ -187,8 +194,16 @@ byte nknow[NT];
 #define FULL (NWK >= WB)
 #define NLOAD (loading[0] + (NT > 1 -> loading[1 % NT] : 0) + (NT > 2 -> loading[2 % NT] : 0))
 #define SLOTFREE (created < MAXI)
-/* the oldest queued taker that is not loading */
+/* NEVER AFTER THE DEADLINE: a taker whose deadline has passed is handed
+ * nothing (lib/waitlist.c, oldest_live) */
+#define EXP(t) (DL(t) && expired[(t) % NT])
+/* the oldest queued taker that is not loading (and, but in the mutation,
+ * not past its deadline) */
+#ifdef MUT_GIVE_EXPIRED
 #define QI(j) (qlen > j && !loading[queue[j] % NT])
+#else
+#define QI(j) (qlen > j && !loading[queue[j] % NT] && !EXP(queue[j]))
+#endif
 #define OLDEST_IDLE (QI(0) -> queue[0] : (QI(1) -> queue[1] : (QI(2) -> queue[2] : NONE)))
 
 #define CAPPED (created <= MAXI)
@@ -218,6 +233,17 @@ end:	atomic {
 #define effect() LEARN(B(me))
 inline lock() { atomic { !lk -> OBJ; lk = true; LEARN(lknow) } }
 inline unlock() { atomic { OBJ; lk = false; lknow = lknow | know[me] } }
+
+/* Each deadline passes once, at any moment: a taker times out only after
+ * it, and nobody may hand it anything after it. */
+active proctype Clock()
+{
+	byte i;
+	do
+	:: i < NT -> if :: DL(i) -> expired[i] = true :: else -> skip fi; i++
+	:: i >= NT -> break
+	od
+}
 
 inline qpop(h)
 {
@@ -264,7 +290,7 @@ inline pass_slot()
 	:: !closed && SLOTFREE ->
 		h = OLDEST_IDLE;
 		if
-		:: h != NONE -> created++; loading[h] = true; grant(h, LOAD)
+		:: h != NONE -> assert(!EXP(h)); created++; loading[h] = true; grant(h, LOAD)
 		:: else -> skip
 		fi;
 		h = 0
@@ -278,6 +304,7 @@ inline give(h)
 #ifndef MUT_LOADER_GETS_ITEM
 	assert(!loading[h]);
 #endif
+	assert(!EXP(h)); /* a deadline means never after it */
 	qremove(h); grant(h, GRANTED)
 }
 
@@ -364,8 +391,8 @@ proctype Taker(byte me)
 			if
 			:: closed -> r = CLOSEDST
 			:: !closed && CX(me) && flag != 0 -> r = CANCELED
-			:: !closed && !(CX(me) && flag != 0) && DL(me) -> r = TIMEDOUT
-			:: !closed && !(CX(me) && flag != 0) ->
+			:: !closed && !(CX(me) && flag != 0) && EXP(me) -> r = TIMEDOUT
+			:: !closed && !(CX(me) && flag != 0) && !EXP(me) ->
 				loading[me] = SLOTFREE;
 				queue[qlen] = me; qlen++;
 				if
@@ -395,7 +422,7 @@ again:
 		if
 		:: st[me] >= LOAD -> r = st[me]; goto parked
 		:: CX(me) && flag != 0 -> r = CANCELED; goto parked
-		:: DL(me) -> r = TIMEDOUT; goto parked
+		:: EXP(me) -> r = TIMEDOUT; goto parked
 		:: true -> skip
 		fi
 	:: else -> skip
@@ -412,13 +439,13 @@ park:
 	};
 	if
 	:: CX(me) && flag != 0 -> r = CANCELED; goto parked
-	:: !(CX(me) && flag != 0) && DL(me) -> r = TIMEDOUT; goto parked
+	:: !(CX(me) && flag != 0) && EXP(me) -> r = TIMEDOUT; goto parked
 	:: !(CX(me) && flag != 0) -> skip
 	fi;
 	atomic { if :: st[me] == SLEEPING -> asleep[me] = true :: else -> skip fi };
 	if
 	:: !asleep[me] -> skip
-	:: DL(me) && asleep[me] -> asleep[me] = false
+	:: EXP(me) && asleep[me] -> asleep[me] = false
 	:: spur < SPUR && asleep[me] -> spur++; asleep[me] = false
 	fi;
 	goto park;
