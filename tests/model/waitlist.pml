@@ -205,6 +205,8 @@ byte nknow[NT];
 #define QI(j) (qlen > j && !loading[queue[j] % NT] && !EXP(queue[j]))
 #endif
 #define OLDEST_IDLE (QI(0) -> queue[0] : (QI(1) -> queue[1] : (QI(2) -> queue[2] : NONE)))
+/* an idle taker (as QI) queued ahead of @m */
+#define LIVE_AHEAD(m) (qlen > 0 && queue[0] != (m) && (QI(0) || (qlen > 1 && queue[1] != (m) && QI(1))))
 
 #define CAPPED (created <= MAXI)
 #define CONSERVED (created == nready + held + NLOAD)
@@ -499,7 +501,7 @@ parked:
 #else
 			:: !err && s == LOAD ->
 				held++;
-				assert(OLDEST_IDLE == me);    /* nobody idle is older */
+				assert(!LIVE_AHEAD(me));      /* nobody idle and live is older */
 				qremove(me); r = GRANTED
 #endif
 			fi;
