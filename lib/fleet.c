@@ -735,19 +735,12 @@ static bool untold_demand(const ts_fleet *f)
 	return waiting > 0 && !f->told_queue;
 }
 
-static int64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Until @at (CLOCK_MONOTONIC, the condition variable's clock), a kick,
  * the stop, or callers queued that the last publish did not tell. */
 static void pause_until(ts_fleet *f, int64_t at)
 {
 	while (!f->stop && !f->kick) {
-		int64_t now = mono_ns(), until = at - now > FLEET_DEMAND_POLL_NS ? now + FLEET_DEMAND_POLL_NS : at;
+		int64_t now = ts_now_ns(), until = at - now > FLEET_DEMAND_POLL_NS ? now + FLEET_DEMAND_POLL_NS : at;
 		if (now >= at || (fresh(f) && untold_demand(f))) /* etcd cut off: no haste */
 			return;
 		struct timespec ts = { (time_t)(until / 1000000000), (long)(until % 1000000000) };
@@ -770,7 +763,7 @@ static void *fleet_thread(void *arg)
 					       : FLEET_IDLE_TICK_NS);
 		if (f->fresh_until > now && f->fresh_until < wake)
 			wake = f->fresh_until; /* fail closed on time */
-		pause_until(f, mono_ns() + (wake - now));
+		pause_until(f, ts_now_ns() + (wake - now));
 		f->kick = false;
 	}
 	pthread_mutex_unlock(&f->mu);
