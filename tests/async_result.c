@@ -216,7 +216,7 @@ static void queue_failing_open(struct loop *l, void *arg)
 	struct job_scene *j = arg;
 	ts_pass p;
 	ts_set_prioritize(j->set, &j->job, 0, 0);
-	ts_job_set_deadline(&j->job, in_ms(20));
+	ts_job_set_deadline(&j->job, in_ms(200));
 	j->s.r[0] = ts_wait_turn_async(&j->job, l->n, &j->s.node, record, &j->s, &p);
 }
 

@@ -15,6 +15,10 @@
 
 static const ts_claim band0 = { 0, 0, 0 }, band1 = { 1, 0, 0 };
 
+/* Far enough for the waits to queue first even under valgrind, which the
+ * test then waits out on the clock. */
+#define DEADLINE_NS ((int64_t)200 * 1000000)
+
 struct scene {
 	ts_turnstile *t;
 	ts_waitlist *w;
@@ -55,7 +59,7 @@ static void return_after_deadline(struct loop *l, void *arg)
 {
 	struct scene *s = arg;
 	ts_pass p;
-	int64_t deadline = ts_now_ns() + 1000000;
+	int64_t deadline = ts_now_ns() + DEADLINE_NS;
 	s->r[0] = ts_turnstile_wait_async(s->t, &band0, deadline, NULL, l->n, &s->late, never, s, &p);
 	s->r[1] = ts_turnstile_wait_async(s->t, &band1, 0, NULL, l->n, &s->next, next_turn, s, &p);
 	past(deadline);
@@ -141,7 +145,7 @@ static void put_after_many_deadlines(struct loop *l, void *arg)
 	struct crowd *c = arg;
 	static int item;
 	void *got;
-	int64_t deadline = ts_now_ns() + 1000000;
+	int64_t deadline = ts_now_ns() + DEADLINE_NS;
 	for (int i = 0; i < EXPIRED_TAKERS; i++)
 		c->queued += ts_waitlist_take_async(c->w, deadline, NULL, l->n, &c->late[i], never,
 						    c, &got) == EINPROGRESS;
@@ -194,7 +198,7 @@ static void discard_after_deadline(struct loop *l, void *arg)
 {
 	struct scene *s = arg;
 	void *got;
-	int64_t deadline = ts_now_ns() + 1000000;
+	int64_t deadline = ts_now_ns() + DEADLINE_NS;
 	s->r[0] = ts_waitlist_take_async(s->w, deadline, NULL, l->n, &s->late, never, s, &got);
 	s->r[1] = ts_waitlist_take_async(s->w, 0, NULL, l->n, &s->next, next_turn, s, &got);
 	past(deadline);
