@@ -91,7 +91,8 @@ for m in A B C; do as_owner pgbouncer -d "$work/b$m.ini"; done
 start_pgproxy() { # name args...: sets port[name]
 	local name=$1
 	shift
-	"$proxy" --listen 127.0.0.1:0 --server "host=$work port=5432" "$@" 2>"$work/$name.log" &
+	"$proxy" --listen 127.0.0.1:0 --server "host=$work port=5432" --auth-type trust \
+		--admin-users bench "$@" 2>"$work/$name.log" &
 	pids+=("$!")
 	within 20 grep -q 'listening on' "$work/$name.log"
 	port[$name]=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$work/$name.log")

@@ -77,6 +77,7 @@ start_pgproxy() { # name args...: sets port[name]
 	local name=$1
 	shift
 	"$proxy" --listen 127.0.0.1:0 --server "host=$work port=5432" --pool-size 4 \
+		--auth-type trust --admin-users bench \
 		--band application_name=interactive:0 --band application_name=batch:1 --default-band 1 \
 		"$@" 2>"$work/$name.log" &
 	pids+=("$!")

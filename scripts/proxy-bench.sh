@@ -94,11 +94,11 @@ ubouncer_pid=$(cat "$work/ubouncer.pid")
 
 # (a) and (c) pgproxy
 start_pgproxy() { # name args...: sets started_port and started_pid
-	local name=$1 bin=$proxy
+	local name=$1 bin=$proxy auth=(--auth-type trust) # clients on loopback, as pgbouncer's here
 	shift
-	[ "${name#o}" = "$name" ] || bin=$baseline
+	[ "${name#o}" = "$name" ] || { bin=$baseline auth=(); } # older pgproxy: trust, unasked
 	"$bin" --listen 127.0.0.1:0 --server "host=$work port=5432" --pool-size 4 \
-		--threads "$threads" "$@" 2>"$work/$name.log" &
+		--threads "$threads" "${auth[@]}" "$@" 2>"$work/$name.log" &
 	started_pid=$!
 	pids+=("$started_pid")
 	within 10 grep -q 'listening on' "$work/$name.log"

@@ -84,7 +84,8 @@ direct -qc "create database $db encoding 'UTF8' lc_collate 'C' lc_ctype 'C' temp
 rejected_flag() {
 	: >"$data/probe.log"
 	# shellcheck disable=SC2086
-	timeout 20 "$proxy" --listen 127.0.0.1:0 --server "host=$data port=5432" $1 >"$data/probe.log" 2>&1 &
+	timeout 20 "$proxy" --listen 127.0.0.1:0 --server "host=$data port=5432" --auth-type trust $1 \
+		>"$data/probe.log" 2>&1 &
 	probe=$!
 	within 10 grep -qE 'listening on|unknown option|usage' "$data/probe.log" || true
 	kill -TERM "$probe" 2>/dev/null || true

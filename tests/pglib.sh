@@ -66,10 +66,13 @@ start_cluster() {
 		-o "-k $data -c listen_addresses= -c fsync=off -c max_connections=100 $*" start >/dev/null
 }
 
-# start_proxy [pgproxy flags...]: --listen 127.0.0.1:0 and $data, --server the cluster
+# start_proxy [pgproxy flags...]: --listen 127.0.0.1:0 and $data, --server the
+# cluster, clients trusted and pgproxy the console's admin (flags given
+# after these win)
 start_proxy() {
 	: >"$data/proxy.log"
-	"$proxy" --listen 127.0.0.1:0 --listen "$data" --server "host=$data port=5432" "$@" \
+	"$proxy" --listen 127.0.0.1:0 --listen "$data" --server "host=$data port=5432" \
+		--auth-type trust --admin-users pgproxy "$@" \
 		2>"$data/proxy.log" &
 	proxy_pid=$!
 	within 20 grep -q 'listening on' "$data/proxy.log" || fail "the proxy did not start"

@@ -266,7 +266,7 @@ cleanup_hooks="$cleanup_hooks silent_stop"
 within 10 test -s "$data/silent.port" || fail "the silent server did not start"
 : >"$data/proxy.log"
 "$proxy" --listen 127.0.0.1:0 --server "host=127.0.0.1 port=$(cat "$data/silent.port")" \
-	--server-connect-timeout 1s --client-login-timeout 10s 2>"$data/proxy.log" &
+	--auth-type trust --admin-users pgproxy --server-connect-timeout 1s --client-login-timeout 10s 2>"$data/proxy.log" &
 proxy_pid=$!
 within 20 grep -q 'listening on' "$data/proxy.log" || fail "proxy D did not start"
 port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$data/proxy.log")

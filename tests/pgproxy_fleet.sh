@@ -29,6 +29,7 @@ lease=2s
 # start_member NAME: a proxy of the fleet; its port in port_NAME
 start_member() {
 	"$proxy" --listen 127.0.0.1:0 --server "host=$data port=5432" --threads 2 \
+		--auth-type trust --admin-users pgproxy \
 		--wait-timeout 30s \
 		--fleet "endpoints=$(etcd_endpoints) key=/pgproxy-test ceiling=$ceiling lease=$lease member=$1" \
 		2>"$data/proxy-$1.log" &

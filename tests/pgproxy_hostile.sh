@@ -69,7 +69,8 @@ proxy_up() {
 		(
 			[ -z "$grp_nofile" ] || ulimit -n "$grp_nofile"
 			[ -z "$grp_env" ] || export $grp_env
-			exec "$proxy" --listen 127.0.0.1:0 --server "$grp_server" "${flags[@]}" 2>"$hlog"
+			exec "$proxy" --listen 127.0.0.1:0 --server "$grp_server" --auth-type trust \
+				--admin-users pgproxy "${flags[@]}" 2>"$hlog"
 		) &
 		proxy_pid=$!
 		within 20 proxy_started || fail "group $grp: the proxy did not start within 20 s"

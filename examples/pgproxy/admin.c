@@ -16,6 +16,9 @@
  * With --processes each worker answers for itself, but the pools' numbers
  * are every worker's but idle_conns and the per-band queue, which are the
  * answering worker's; RESIZE and SHUTDOWN act on all of them.
+ *
+ * Who may log in: users named by --admin-users (every command) and
+ * --stats-users (SHOW only), authenticated as any client is.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -217,7 +220,15 @@ static void resize(struct buf *out, const char *args)
 	command_complete(out, "RESIZE");
 }
 
-void admin_query(struct buf *out, const char *sql)
+static bool admin_allowed(struct buf *out, bool admin, const char *what)
+{
+	if (!admin)
+		send_error(out, "ERROR", "42501", "pgproxy: permission denied: %s needs a user named by --admin-users",
+			   what);
+	return admin;
+}
+
+void admin_query(struct buf *out, const char *sql, bool admin)
 {
 	char q[1024];
 	size_t n = 0;
@@ -239,10 +250,13 @@ void admin_query(struct buf *out, const char *sql)
 	} else if (!strcasecmp(q, "SHOW FLEET")) {
 		show_fleet(out);
 	} else if (!strncasecmp(q, "RESIZE ", 7)) {
-		resize(out, q + 7);
+		if (admin_allowed(out, admin, "RESIZE"))
+			resize(out, q + 7);
 	} else if (!strcasecmp(q, "SHUTDOWN")) {
-		begin_shutdown();
-		command_complete(out, "SHUTDOWN");
+		if (admin_allowed(out, admin, "SHUTDOWN")) {
+			begin_shutdown();
+			command_complete(out, "SHUTDOWN");
+		}
 	} else {
 		send_error(out, "ERROR", "42601",
 			   "pgproxy admin console: unknown command \"%.100s\" (SHOW POOLS, SHOW BANDS, "

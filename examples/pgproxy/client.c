@@ -25,6 +25,8 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "pgproxy.h"
 
 #define SSL_REQUEST 80877103
@@ -32,6 +34,7 @@
 #define CANCEL_REQUEST 80877102
 #define MAX_STARTUP 10000
 #define ADMIN_QUERY_MAX 4096
+#define SASL_MSG_MAX (5 + 64 + 4 + SCRAM_MSG_MAX) /* a SASL message, whole */
 
 /* The portal an injected Execute names: the server fails it (and aborts
  * the transaction) in order with what came before, and the proxy replaces
@@ -43,6 +46,7 @@ static void client_close(struct client *c);
 static void start_acquire(struct client *c);
 static void got_turn(struct client *c);
 static void send_login(struct client *c);
+static void login_continue(struct client *c);
 static bool deallocate_parse(struct client *c, const struct msg *m);
 static bool dealloc_unsettled(struct client *c, const char *q, size_t n);
 
@@ -183,6 +187,122 @@ static bool startup_params(struct client *c, const char *kv, const char *end, ch
 	return true;
 }
 
+/* ---------------------------------------------------------------- SCRAM */
+
+static void send_auth(struct client *c, int32_t code, const char *data, size_t n)
+{
+	struct pkt k;
+	pkt_begin(&k, 'R');
+	pkt_i32(&k, code);
+	pkt_bytes(&k, data, n);
+	pkt_end(&k, &c->out);
+}
+
+static void auth_end(struct client *c)
+{
+	if (c->sasl) {
+		scram_verify_end(c->sasl);
+		free(c->sasl);
+		c->sasl = NULL;
+	}
+}
+
+/* --auth-type scram-sha-256: AuthenticationSASL, and the exchange runs in
+ * C_AUTH.  A user the file does not name (or names with an MD5 secret,
+ * which cannot check a SCRAM proof) runs it with mock keys and fails at
+ * the end as a wrong password does, so a probe learns nothing. */
+static void auth_begin(struct client *c)
+{
+	struct auth_entry e;
+	struct scram_keys k;
+	bool known = authfile_lookup(c->user, &e);
+	if (known && e.kind == SECRET_MD5) {
+		fprintf(stderr, "pgproxy: user \"%s\" has an MD5 secret in the auth file, which cannot check a "
+				"SCRAM login: give its password or SCRAM-SHA-256 secret\n", c->user);
+		known = false;
+	}
+	if (known)
+		k = e.keys;
+	else
+		authfile_mock(c->user, &k);
+	auth_entry_wipe(&e);
+	if (!(c->sasl = malloc(sizeof(*c->sasl)))) {
+		client_fatal(c, "53200", "pgproxy: out of memory");
+		return;
+	}
+	scram_verify_begin(c->sasl, &k, known);
+	OPENSSL_cleanse(&k, sizeof(k));
+	static const char mechanisms[] = "SCRAM-SHA-256\0"; /* and the list's empty end */
+	send_auth(c, 10, mechanisms, sizeof(mechanisms));
+	set_state(c, C_AUTH);
+}
+
+static void auth_failed(struct client *c)
+{
+	fprintf(stderr, "pgproxy: login refused: password authentication failed for user \"%s\"\n", c->user);
+	client_fatal(c, "28P01", "password authentication failed for user \"%s\"", c->user);
+}
+
+/* One SASLInitialResponse or SASLResponse, read whole. */
+static void client_auth(struct client *c)
+{
+	struct msg m;
+	int f = frame_peek(&c->in, &m);
+	if (f == FRAME_MORE)
+		return;
+	if (f == FRAME_BAD || m.total > SASL_MSG_MAX) {
+		client_fatal(c, "08P01", "pgproxy: invalid SASL message length");
+		return;
+	}
+	if (m.have < m.total) {
+		c->in_need = m.total;
+		return;
+	}
+	c->in_need = 0;
+	if (m.type == 'X') { /* gave up */
+		client_close(c);
+		return;
+	}
+	if (m.type != 'p') {
+		client_fatal(c, "08P01", "expected SASL response, got message type %d", (unsigned char)m.type);
+		return;
+	}
+	const char *body = m.p + 5, *end = m.p + m.total;
+	char reply[SCRAM_NONCE_MAX + SCRAM_NONCE_LEN + 160];
+	const char *why = NULL;
+	int n;
+	if (c->sasl->step == 0) { /* mechanism, length, client-first-message */
+		size_t mlen = strnlen(body, (size_t)(end - body));
+		if (body + mlen == end || strcmp(body, "SCRAM-SHA-256")) {
+			client_fatal(c, "08P01", "client selected an invalid SASL authentication mechanism");
+			return;
+		}
+		const char *p = body + mlen + 1;
+		if (end - p < 4 || (int32_t)get32(p) != end - p - 4) {
+			client_fatal(c, "08P01", "malformed SASLInitialResponse");
+			return;
+		}
+		n = scram_verify_first(c->sasl, p + 4, (size_t)(end - p - 4), reply, sizeof(reply), &why);
+	} else {
+		n = scram_verify_final(c->sasl, body, (size_t)(end - body), reply, sizeof(reply), &why);
+	}
+	buf_consume(&c->in, m.total);
+	if (n == SCRAM_FAIL) {
+		auth_failed(c);
+	} else if (n < 0) {
+		client_fatal(c, n == SCRAM_ERROR ? "XX000" : "08P01", "%s", why);
+	} else if (c->sasl->step == 1) {
+		send_auth(c, 11, reply, (size_t)n); /* AuthenticationSASLContinue */
+		c->ticks++;
+	} else {
+		send_auth(c, 12, reply, (size_t)n); /* AuthenticationSASLFinal */
+		authfile_client_key(c->user, &c->sasl->keys, c->sasl->client_key);
+		auth_end(c);
+		set_state(c, C_STARTUP);
+		login_continue(c);
+	}
+}
+
 /* The startup packet (no type byte). */
 static void client_startup(struct client *c)
 {
@@ -250,7 +370,22 @@ static void client_startup(struct client *c)
 	if (!c->want.set[PAR_APPNAME]) /* what PostgreSQL reports without one */
 		param_store(&c->want, PAR_APPNAME, "", 0);
 	c->band = band_for(c->want.v[PAR_APPNAME], c->user);
+	if (P.cfg.auth_scram)
+		auth_begin(c);
+	else
+		login_continue(c);
+}
+
+/* A client whose identity is settled (trust, or SCRAM done): the admin
+ * console, or its pool. */
+static void login_continue(struct client *c)
+{
 	if (!strcmp(c->db, "pgproxy")) {
+		if (!user_listed(P.cfg.admin_users, c->user) && !user_listed(P.cfg.stats_users, c->user)) {
+			client_fatal(c, "28000", "pgproxy: user \"%s\" may not use the admin console (it is "
+						 "named by neither --admin-users nor --stats-users)", c->user);
+			return;
+		}
 		set_state(c, C_ADMIN);
 		send_login(c);
 		return;
@@ -645,7 +780,7 @@ static void client_let_go(struct client *c)
 		break;
 	}
 	c->retry = false;
-	if (c->state != C_ADMIN && c->state != C_STARTUP)
+	if (c->state != C_ADMIN && c->state != C_STARTUP && c->state != C_AUTH)
 		set_state(c, C_IDLE);
 }
 
@@ -1276,7 +1411,7 @@ static void admin_message(struct client *c, const struct msg *m)
 			return;
 		char sql[ADMIN_QUERY_MAX + 1];
 		snprintf(sql, sizeof(sql), "%.*s", (int)strnlen(m->p + 5, m->total - 5), m->p + 5);
-		admin_query(&c->out, sql);
+		admin_query(&c->out, sql, user_listed(P.cfg.admin_users, c->user));
 		send_ready(&c->out, 'I');
 		break;
 	case 'X':
@@ -1443,6 +1578,7 @@ static void client_close(struct client *c)
 		return;
 	client_let_go(c);
 	cancel_unregister(c);
+	auth_end(c);
 	struct loop *l = c->w.loop;
 	if (c->prev)
 		c->prev->next = c->next;
@@ -1482,7 +1618,8 @@ void client_fatal(struct client *c, const char *code, const char *fmt, ...)
 
 static bool client_idle_for_shutdown(const struct client *c)
 {
-	return c->state == C_STARTUP || (c->state == C_IDLE && !c->login) || c->state == C_ADMIN;
+	return c->state == C_STARTUP || c->state == C_AUTH || (c->state == C_IDLE && !c->login) ||
+	       c->state == C_ADMIN;
 }
 
 void client_shutdown(struct client *c)
@@ -1552,6 +1689,8 @@ static void client_drive(struct client *c)
 		if (!c->closing) {
 			if (c->state == C_STARTUP)
 				client_startup(c);
+			else if (c->state == C_AUTH)
+				client_auth(c);
 			else
 				client_input(c);
 			if (c->w.dead)
@@ -1624,7 +1763,7 @@ void client_tick(struct client *c, int64_t now)
 	if (c->w.dead || c->closing)
 		return;
 	if (c->login_deadline && now >= c->login_deadline &&
-	    (c->state == C_STARTUP || c->login)) {
+	    (c->state == C_STARTUP || c->state == C_AUTH || c->login)) {
 		client_fatal(c, "08006", "pgproxy: no login within --client-login-timeout");
 	} else if (c->state == C_CONNECTING && c->srv->deadline_ns && now >= c->srv->deadline_ns) {
 		client_server_failed_msg(c, "08001", "pgproxy: no connection to the server within --server-connect-timeout");

@@ -40,6 +40,16 @@ static void usage(FILE *f)
 		"               [--max-prepared N] [--fleet 'endpoints=URL[,URL] key=/PREFIX ceiling=N']\n"
 		"               [--client-login-timeout D] [--server-connect-timeout D]\n"
 		"               [--server-idle-timeout D] [--server-lifetime D] [--ignore-startup-parameters P,...]\n"
+		"               (--auth-file FILE [--auth-type scram-sha-256] | --auth-type trust)\n"
+		"               [--admin-users U,...] [--stats-users U,...]\n"
+		"  --auth-file FILE     users and their passwords or SCRAM secrets (pgbouncer's userlist\n"
+		"                       format; mode 600 or 640): clients prove theirs with SCRAM-SHA-256,\n"
+		"                       and pgproxy logs in to the server with it (SCRAM, MD5 or password);\n"
+		"                       re-read on SIGHUP\n"
+		"  --auth-type T        scram-sha-256 (the default with --auth-file), or trust: anyone\n"
+		"                       who reaches the port is whoever they say\n"
+		"  --admin-users U,...  may use the admin console, RESIZE and SHUTDOWN included\n"
+		"  --stats-users U,...  may use the admin console's SHOW commands\n"
 		"  --pool-size N        server connections per database, the turnstile's ceiling (default 4)\n"
 		"  --band KEY=NAME:BAND clients whose application_name or user is NAME queue in BAND\n"
 		"                       (0 first, up to %d; the first matching rule wins)\n"
@@ -222,6 +232,33 @@ static void parse_fleet(const char *spec)
 	if (!o->endpoints[0] || !o->key[0] || o->ceiling < 0)
 		die("%s", "--fleet needs endpoints=, key= and ceiling=");
 	o->on = true;
+}
+
+/* No trust by default: clients are checked against the auth file unless
+ * trust is asked for by name. */
+static void configure_auth(const char *auth_type)
+{
+	if (!auth_type && !P.cfg.auth_file[0])
+		die("%s", "clients must be authenticated: give --auth-file FILE (SCRAM-SHA-256), or "
+			  "--auth-type trust to let in anyone who reaches the port as any user they name");
+	P.cfg.auth_scram = !auth_type || !strcmp(auth_type, "scram-sha-256");
+	if (P.cfg.auth_scram && !P.cfg.auth_file[0])
+		die("%s", "--auth-type scram-sha-256 checks clients against --auth-file FILE: give one");
+	char err[600];
+	if (P.cfg.auth_file[0] && authfile_open(P.cfg.auth_file, err, sizeof(err)) != 0)
+		die("--auth-file: %s", err);
+}
+
+static bool loopback(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET)
+		return (ntohl(((const struct sockaddr_in *)ss)->sin_addr.s_addr) >> 24) == 127;
+	if (ss->ss_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+		return IN6_IS_ADDR_LOOPBACK(a) ||
+		       (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+	}
+	return true;
 }
 
 static void resolve_server(void)
@@ -457,7 +494,11 @@ static void *loop_run(void *arg)
 			}
 			case K_SIGNAL: {
 				struct signalfd_siginfo si;
-				if (read(w->fd, &si, sizeof(si)) == sizeof(si))
+				if (read(w->fd, &si, sizeof(si)) != sizeof(si))
+					break;
+				if (si.ssi_signo == SIGHUP)
+					authfile_reload();
+				else
 					begin_shutdown();
 				break;
 			}
@@ -533,6 +574,7 @@ int main(int argc, char **argv)
 	const char *listens[2] = { 0 };
 	int nlistens = 0;
 	bool have_server = false;
+	const char *auth_type = NULL;
 	P.cfg.pool_size = 4;
 	P.cfg.default_band = 1;
 	P.cfg.threads = 1;
@@ -583,6 +625,19 @@ int main(int argc, char **argv)
 			if (strlen(v) >= sizeof(P.cfg.ignore_params))
 				die("%s", "--ignore-startup-parameters: list too long");
 			snprintf(P.cfg.ignore_params, sizeof(P.cfg.ignore_params), "%s", v);
+		} else if (!strcmp(a, "--auth-file")) {
+			if (strlen(v) >= sizeof(P.cfg.auth_file))
+				die("%s", "--auth-file: path too long");
+			snprintf(P.cfg.auth_file, sizeof(P.cfg.auth_file), "%s", v);
+		} else if (!strcmp(a, "--auth-type")) {
+			if (strcmp(v, "trust") && strcmp(v, "scram-sha-256"))
+				die("--auth-type is trust or scram-sha-256, not \"%s\"", v);
+			auth_type = v;
+		} else if (!strcmp(a, "--admin-users") || !strcmp(a, "--stats-users")) {
+			char *dst = a[2] == 'a' ? P.cfg.admin_users : P.cfg.stats_users;
+			if (strlen(v) >= sizeof(P.cfg.admin_users))
+				die("%s: list too long", a);
+			snprintf(dst, sizeof(P.cfg.admin_users), "%s", v);
 		} else if (!strcmp(a, "--threads")) {
 			P.cfg.threads = (int)parse_int(v, 1, 64, "--threads");
 		} else if (!strcmp(a, "--processes")) {
@@ -604,6 +659,7 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	configure_auth(auth_type);
 	if (P.cfg.fleet.on && P.cfg.processes)
 		die("%s", "--fleet with --processes is not supported yet: run one pgproxy per "
 			  "fleet member");
@@ -624,11 +680,13 @@ int main(int argc, char **argv)
 			P.max_band = P.cfg.rules[i].band;
 
 	/* SIGINT and SIGTERM shut down as the admin SHUTDOWN does, through a
-	 * signalfd in loop 0; every thread inherits the mask. */
+	 * signalfd in loop 0; every thread inherits the mask.  SIGHUP re-reads
+	 * the auth file there. */
 	sigset_t sigs;
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGHUP); /* the auth file, read again */
 	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	int sigfd = signalfd(-1, &sigs, SFD_NONBLOCK | SFD_CLOEXEC);
@@ -653,6 +711,9 @@ int main(int argc, char **argv)
 			P.cfg.listen_port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
 									   : ((struct sockaddr_in *)&ss)->sin_port);
 			getnameinfo((struct sockaddr *)&ss, len, host, sizeof(host), NULL, 0, NI_NUMERICHOST);
+			if (!P.cfg.auth_scram && !loopback(&ss))
+				fprintf(stderr, "pgproxy: WARNING: --auth-type trust on %s, which is not a loopback "
+						"address: anyone who can reach it logs in as any user\n", host);
 			snprintf(where[i], sizeof(where[i]), "%s:%d", host, P.cfg.listen_port);
 		}
 	}
@@ -728,6 +789,7 @@ int main(int argc, char **argv)
 	close(sigfd);
 	free(P.loops);
 	free(P.cfg.rules);
+	authfile_close();
 	pthread_mutex_destroy(&P.pools_mu);
 	if (P.worker >= 0)
 		fprintf(stderr, "pgproxy: worker %d: shut down\n", P.worker);

@@ -27,6 +27,8 @@
  *              the pass held until the server has hung up
  *   fleet.c    --fleet: each pool's connections a fleet member over etcd
  *   cancel.c   cancel keys handed out in BackendKeyData, CancelRequest
+ *   authfile.c --auth-file: the users and their secrets, reloaded on SIGHUP
+ *   scram.c    SCRAM-SHA-256 in both roles, and MD5 towards the server
  *   watch.c    what a loop watches: epoll registration, freeing after a batch
  *   admin.c    the admin console (database "pgproxy") and band statistics
  */
@@ -146,6 +148,117 @@ struct pg_error {
 };
 void parse_error(const char *body, size_t len, struct pg_error *e);
 
+/* ---------------------------------------------------------------- scram.c */
+
+#define SCRAM_KEY_LEN 32
+#define SCRAM_KEY_B64 44
+#define SCRAM_SALT_MAX 64
+#define SCRAM_ITER_DEFAULT 4096
+#define SCRAM_ITER_MAX 10000000 /* a peer's count above it is refused (CPU) */
+#define SCRAM_NONCE_RAW 18
+#define SCRAM_NONCE_LEN 24      /* base64 of SCRAM_NONCE_RAW bytes */
+#define SCRAM_NONCE_MAX 256     /* a peer's nonce */
+#define SCRAM_MSG_MAX 1024      /* a SCRAM message, either way */
+
+/* Results of the steps below (a step that succeeds returns the length
+ * of the message it wrote). */
+enum { SCRAM_BAD = -1,      /* malformed or out of order: *why says how (08P01) */
+       SCRAM_FAIL = -2,     /* a wrong proof (28P01) */
+       SCRAM_ERROR = -3,    /* no randomness or key derivation failed */
+       SCRAM_MISMATCH = -4, /* the server's salt is not the secret's */
+};
+
+struct scram_keys {
+	int iter;
+	size_t saltlen;
+	unsigned char salt[SCRAM_SALT_MAX];
+	unsigned char stored[SCRAM_KEY_LEN], server[SCRAM_KEY_LEN];
+};
+bool scram_parse_secret(const char *secret, struct scram_keys *k);
+/* Keys for a password with k's salt and iterations; its ClientKey too. */
+bool scram_keys_from_password(const char *password, struct scram_keys *k,
+			      unsigned char client_key[SCRAM_KEY_LEN]);
+bool scram_keys_new(const char *password, struct scram_keys *k); /* a random salt */
+
+/* pgproxy checking a client: first its client-first-message (the answer,
+ * server-first, goes to out), then its client-final-message (out: the
+ * server-final "v=...").  An unknown user runs the same exchange with
+ * mock keys (known false) and fails at the end like a wrong password. */
+struct scram_verify {
+	int step;
+	bool known;
+	struct scram_keys keys;
+	char gs2[8];
+	char nonce[SCRAM_NONCE_MAX + SCRAM_NONCE_LEN + 1];
+	char bare[SCRAM_MSG_MAX + 1];
+	char server_first[SCRAM_NONCE_MAX + SCRAM_NONCE_LEN + 160];
+	unsigned char client_key[SCRAM_KEY_LEN]; /* proven, after success */
+};
+void scram_verify_begin(struct scram_verify *v, const struct scram_keys *k, bool known);
+int scram_verify_first(struct scram_verify *v, const char *msg, size_t n, char *out, size_t cap,
+		       const char **why);
+int scram_verify_final(struct scram_verify *v, const char *msg, size_t n, char *out, size_t cap,
+		       const char **why);
+void scram_verify_end(struct scram_verify *v); /* wipes it */
+
+/* pgproxy answering the server's SCRAM: with keys that fit the server's
+ * salt and iterations (a secret and the ClientKey a client proved against
+ * it, or keys derived before), else with the password, whose keys it then
+ * derives into keys and client_key (derived set). */
+struct scram_creds {
+	const char *password;
+	bool have_keys, derived;
+	struct scram_keys keys;
+	unsigned char client_key[SCRAM_KEY_LEN];
+};
+struct scram_client {
+	int step;
+	char nonce[SCRAM_NONCE_LEN + 1];
+	char bare[SCRAM_NONCE_LEN + 8];
+	unsigned char server_sig[SCRAM_KEY_LEN];
+};
+int scram_client_first(struct scram_client *s, char *out, size_t cap);
+int scram_client_final(struct scram_client *s, const char *server_first, size_t n,
+		       struct scram_creds *cr, char *out, size_t cap, const char **why);
+int scram_client_check(struct scram_client *s, const char *server_final, size_t n, const char **why);
+/* The answer to AuthenticationMD5Password: from a password, or from a
+ * "md5..." secret (md5_secret non-NULL). */
+void md5_response(const char *password, const char *md5_secret, const char *user,
+		  const unsigned char salt[4], char out[36]);
+size_t b64_encode(const unsigned char *in, size_t n, char *out);
+long b64_decode(const char *in, size_t n, unsigned char *out, size_t cap);
+
+/* ---------------------------------------------------------------- authfile.c */
+
+#define AUTH_SECRET_MAX 1024
+enum secret_kind { SECRET_PLAIN, SECRET_MD5, SECRET_SCRAM };
+/* One user's line, copied out for a login or a server connection. */
+struct auth_entry {
+	enum secret_kind kind;
+	char secret[AUTH_SECRET_MAX];  /* the password, "md5...", or "SCRAM-SHA-256$..." */
+	struct scram_keys keys;        /* SCRAM: the secret's; PLAIN: made for the password */
+	bool have_client_key;          /* SCRAM: a client proved it since the file was read */
+	unsigned char client_key[SCRAM_KEY_LEN];
+	bool have_server_keys;         /* PLAIN: derived for the server's salt */
+	struct scram_keys server_keys;
+	unsigned char server_client_key[SCRAM_KEY_LEN];
+};
+int authfile_open(const char *file, char *err, size_t errlen); /* 0, or -1 and why */
+void authfile_reload(void);   /* SIGHUP: a bad file keeps the old table (logged) */
+void authfile_close(void);
+size_t authfile_users(void);
+bool authfile_lookup(const char *user, struct auth_entry *out); /* false: not in the file */
+void authfile_mock(const char *user, struct scram_keys *k);     /* an unknown user's keys */
+/* A client proved ck against k: kept for the server's SCRAM of that user. */
+void authfile_client_key(const char *user, const struct scram_keys *k,
+			 const unsigned char ck[SCRAM_KEY_LEN]);
+/* Keys derived from a user's password for the server's salt: kept, so the
+ * next server connection skips PBKDF2 (SECRET_PLAIN lines only). */
+void authfile_server_keys(const char *user, const char *password, const struct scram_keys *k,
+			  const unsigned char ck[SCRAM_KEY_LEN]);
+void auth_entry_wipe(struct auth_entry *e);
+bool user_listed(const char *comma_list, const char *user);
+
 /* ---------------------------------------------------------------- params.c */
 
 /* The parameters tracked per client and per server connection. */
@@ -205,6 +318,9 @@ struct config {
 	int64_t login_timeout_ns, connect_timeout_ns, idle_timeout_ns, lifetime_ns;
 	char ignore_params[512]; /* comma-separated startup parameters to ignore */
 	struct fleet_opts fleet;
+	bool auth_scram;          /* --auth-type scram-sha-256 (else trust) */
+	char auth_file[4096];
+	char admin_users[1024], stats_users[1024]; /* comma-separated */
 };
 
 /* ---------------------------------------------------------------- pool.c */
@@ -424,6 +540,7 @@ struct server {
 	unsigned rq_head, rq_len, rq_cap;
 	bool skipping;           /* an error: requests up to the Sync are skipped */
 	bool dropping;           /* the message being relayed is the proxy's own */
+	struct scram_client scram; /* startup: pgproxy's SCRAM exchange */
 };
 
 struct server *server_new(struct upool *u); /* NULL: out of memory */
@@ -446,6 +563,7 @@ bool server_idle(const struct server *s); /* nothing in flight either way */
 
 enum cstate {
 	C_STARTUP,    /* before the startup packet */
+	C_AUTH,       /* proving who it is (SCRAM), before any pool */
 	C_IDLE,       /* between transactions: no pass, no server */
 	C_WAIT_TURN,  /* queued on the pool's turnstile */
 	C_WAIT_CONN,  /* holds a pass, taking a server connection */
@@ -484,6 +602,7 @@ struct client {
 	size_t in_need;      /* a message to be read whole: its size (0 none) */
 	struct params want;  /* its tracked parameters */
 	struct stmt_map *stmts;
+	struct scram_verify *sasl; /* C_AUTH: the exchange */
 	uint64_t ticks;      /* state changes: progress without bytes */
 	int32_t id, key, srv_pid, srv_key; /* cancel keys (cancel.c's lock) */
 	bool registered;
@@ -587,6 +706,6 @@ void cancel_free(struct watch *w);
 
 /* ---------------------------------------------------------------- admin.c */
 
-void admin_query(struct buf *out, const char *sql);
+void admin_query(struct buf *out, const char *sql, bool admin); /* admin: --admin-users */
 
 #endif

@@ -17,7 +17,8 @@
  * its clients are gone with it, and a new worker takes its place (after a
  * second when the dead one lived less than a second).  SIGTERM or SIGINT
  * (also sent by a worker's SHUTDOWN): every worker is asked to shut down,
- * and once they have, the directory goes.
+ * and once they have, the directory goes.  SIGHUP: the master and every
+ * worker read the auth file again.
  *
  * Server connections live in one process each, and the turn may go to a
  * client of any worker: conns.c says how a worker's client waits for a
@@ -474,6 +475,13 @@ static bool master_run(int sigfd, const sigset_t *oldmask, const char *listening
 		while (read(sigfd, &si, sizeof(si)) == sizeof(si)) {
 			if (si.ssi_signo == SIGCHLD) {
 				reap(stopping);
+			} else if (si.ssi_signo == SIGHUP) {
+				/* each worker reads the auth file again, and so does the
+				 * master, whose copy a restarted worker starts with */
+				authfile_reload();
+				for (int w = 0; w < P.cfg.processes; w++)
+					if (atomic_load(&T->w[w].pid))
+						kill(atomic_load(&T->w[w].pid), SIGHUP);
 			} else if (!stopping) {
 				stopping = true;
 				fprintf(stderr, "pgproxy: shutting down %d workers\n", live_workers());
@@ -520,6 +528,7 @@ bool procs_start(const char *listening)
 	pthread_sigmask(SIG_BLOCK, &sigs, &old);
 	sigaddset(&sigs, SIGINT);
 	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGHUP);
 	int sigfd = signalfd(-1, &sigs, SFD_NONBLOCK | SFD_CLOEXEC);
 	if (sigfd < 0) {
 		perror("pgproxy: signalfd");

@@ -26,6 +26,8 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 #include "pgproxy.h"
 
 #define PROTO_30 196608
@@ -487,6 +489,146 @@ void server_start(struct client *c, struct server *s)
 	/* events come once the connect completes */
 }
 
+/* ---------------------------------------------------------------- authentication */
+
+/* What pgproxy proves itself with to the server, for the user of a new
+ * connection: the auth file's line, else --server password= (kind PLAIN,
+ * or nothing at all: trust). */
+static bool server_secret(const char *user, struct auth_entry *e)
+{
+	if (P.cfg.auth_file[0] && authfile_lookup(user, e))
+		return true;
+	memset(e, 0, sizeof(*e));
+	snprintf(e->secret, sizeof(e->secret), "%s", P.cfg.server_password);
+	return e->secret[0] != 0;
+}
+
+static void send_password(struct server *s, const char *text)
+{
+	struct pkt k;
+	pkt_begin(&k, 'p');
+	pkt_str(&k, text);
+	pkt_end(&k, &s->out);
+}
+
+static bool sasl_has_scram(const char *p, const char *end)
+{
+	while (p < end && *p) {
+		size_t n = strnlen(p, (size_t)(end - p));
+		if (p + n == end)
+			return false;
+		if (!strcmp(p, "SCRAM-SHA-256"))
+			return true;
+		p += n + 1;
+	}
+	return false;
+}
+
+/* An Authentication message from the server: answered, or false with the
+ * client told why (the connection is then gone).  Whichever method the
+ * server asks for is answered if the secret allows it; SCRAM-SHA-256
+ * works with a SCRAM secret only after a client has logged in with it
+ * (its proof gives pgproxy the ClientKey: authfile.c). */
+static bool server_auth(struct client *c, const char *body, size_t blen)
+{
+	struct server *s = c->srv;
+	const char *user = s->up->user;
+	uint32_t method = blen >= 4 ? get32(body) : 99;
+	const char *data = body + 4, *end = body + blen;
+	if (method == 0) /* AuthenticationOk */
+		return true;
+	struct auth_entry e;
+	bool have = server_secret(user, &e);
+	char out[SCRAM_MSG_MAX + 128];
+	const char *why = NULL;
+	const char *code = "28000";
+	if (!have) {
+		why = P.cfg.auth_file[0] ? "the server asks for a password, and the auth file has no line for this user"
+					 : "the server asks for a password; give one with --auth-file, or password= in --server";
+	} else if (method == 3 || method == 5) { /* cleartext, MD5 */
+		if (method == 5 && blen != 8) {
+			why = "a malformed AuthenticationMD5Password";
+			code = "08P01";
+		} else if (e.kind == SECRET_SCRAM || (method == 3 && e.kind == SECRET_MD5)) {
+			why = method == 3 ? "the server asks for the cleartext password, and the auth file holds only a "
+					    "secret for this user: give the password itself"
+					  : "the server asks for MD5, and the auth file holds only a SCRAM secret for this "
+					    "user: give the password itself, or its md5 secret";
+		} else if (method == 3) {
+			send_password(s, e.secret);
+		} else {
+			md5_response(e.secret, e.kind == SECRET_MD5 ? e.secret : NULL, user,
+				     (const unsigned char *)data, out);
+			send_password(s, out);
+		}
+	} else if (method == 10) { /* AuthenticationSASL: the mechanisms */
+		struct pkt k;
+		int n;
+		if (!sasl_has_scram(data, end)) {
+			why = "the server offers no SASL mechanism pgproxy speaks (it speaks SCRAM-SHA-256)";
+		} else if (e.kind == SECRET_MD5) {
+			why = "the server asks for SCRAM-SHA-256, and the auth file holds an md5 secret for this user: "
+			      "give the password itself, or its SCRAM-SHA-256 secret";
+		} else if (e.kind == SECRET_SCRAM && !e.have_client_key) {
+			why = "the server asks for SCRAM-SHA-256, and the auth file holds only a SCRAM secret for "
+			      "this user, which serves only after a client has logged in with it through "
+			      "--auth-type scram-sha-256: give the password itself";
+		} else if ((n = scram_client_first(&s->scram, out, sizeof(out))) < 0) {
+			why = "could not start SCRAM (no random bytes)";
+			code = "XX000";
+		} else {
+			pkt_begin(&k, 'p'); /* SASLInitialResponse */
+			pkt_str(&k, "SCRAM-SHA-256");
+			pkt_i32(&k, n);
+			pkt_bytes(&k, out, (size_t)n);
+			pkt_end(&k, &s->out);
+		}
+	} else if (method == 11) { /* AuthenticationSASLContinue: server-first */
+		struct scram_creds cr = { .password = e.kind == SECRET_PLAIN ? e.secret : NULL };
+		if (e.kind == SECRET_SCRAM) {
+			cr.have_keys = true;
+			cr.keys = e.keys;
+			memcpy(cr.client_key, e.client_key, SCRAM_KEY_LEN);
+		} else if (e.have_server_keys) {
+			cr.have_keys = true;
+			cr.keys = e.server_keys;
+			memcpy(cr.client_key, e.server_client_key, SCRAM_KEY_LEN);
+		}
+		const char *swhy = "an AuthenticationSASLContinue out of order";
+		int n = e.kind == SECRET_MD5 ? SCRAM_BAD
+					     : scram_client_final(&s->scram, data, (size_t)(end - data), &cr, out,
+								  sizeof(out), &swhy);
+		if (n >= 0 && cr.derived && P.cfg.auth_file[0])
+			authfile_server_keys(user, e.secret, &cr.keys, cr.client_key);
+		OPENSSL_cleanse(&cr, sizeof(cr));
+		if (n >= 0) {
+			struct pkt k;
+			pkt_begin(&k, 'p'); /* SASLResponse */
+			pkt_bytes(&k, out, (size_t)n);
+			pkt_end(&k, &s->out);
+		} else {
+			code = n == SCRAM_BAD ? "08P01" : "28000";
+			why = swhy;
+		}
+	} else if (method == 12) { /* AuthenticationSASLFinal: the server's signature */
+		const char *swhy;
+		if (scram_client_check(&s->scram, data, (size_t)(end - data), &swhy) < 0) {
+			why = swhy;
+			code = "08P01";
+		}
+	} else {
+		why = "the server asks for an authentication method pgproxy does not implement (it speaks "
+		      "SCRAM-SHA-256, MD5 and password)";
+	}
+	OPENSSL_cleanse(out, sizeof(out));
+	auth_entry_wipe(&e);
+	if (!why)
+		return true;
+	fprintf(stderr, "pgproxy: cannot log in to the server as \"%s\": %s\n", user, why);
+	client_server_failed_msg(c, code, "pgproxy: cannot log in to the server as \"%s\": %s", user, why);
+	return false;
+}
+
 /* Startup: authentication, parameters, BackendKeyData, ReadyForQuery.
  * Each message is read whole, at most PEEK_MAX (an ErrorResponse: its
  * first PEEK_MAX bytes); a larger one ends the attempt. */
@@ -496,25 +638,10 @@ static void startup_message(struct client *c, const struct msg *m, bool *done)
 	const char *body = m->p + 5;
 	size_t blen = m->total - 5;
 	switch (m->type) {
-	case 'R': {
-		uint32_t method = blen >= 4 ? get32(body) : 99;
-		if (method == 3 && P.cfg.server_password[0]) {
-			struct pkt k;
-			pkt_begin(&k, 'p');
-			pkt_str(&k, P.cfg.server_password);
-			pkt_end(&k, &s->out);
-		} else if (method == 3) {
-			client_server_failed_msg(c, "28000", "pgproxy: the server asks for a password; give one with password= in --server");
+	case 'R':
+		if (!server_auth(c, body, blen))
 			*done = true;
-		} else if (method != 0) {
-			client_server_failed_msg(c, "28000",
-						 "pgproxy: the server asks for authentication method %u, which pgproxy does not "
-						 "implement (it speaks trust, or password with password= in --server)",
-						 method);
-			*done = true;
-		}
 		break;
-	}
 	case 'S': {
 		const char *name = body, *end = m->p + m->total;
 		size_t nlen = strnlen(name, blen);

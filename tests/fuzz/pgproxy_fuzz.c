@@ -17,7 +17,9 @@
  *       startup packet, 1 and 3 generated (well-formed messages chosen by
  *       the bytes), 2 raw bytes with no startup packet (the startup parser
  *       is fuzzed); bit 2 hostile server mode (PGPROXY_FUZZ_MODE=client or
- *       server forces it off or on)
+ *       server forces it off or on; PGPROXY_FUZZ_MODE=sasl forces it off
+ *       and has the proxy check the client with SCRAM-SHA-256, so the
+ *       stream after the startup packet is its SASL messages)
  *   [1] --max-prepared: 0 0 1 2 3 4 8 100 by its low 3 bits
  *   [2] the startup packet's variant (application_name, client_encoding,
  *       DateStyle, TimeZone, extra_float_digits, protocol 3.2 + _pq_.)
@@ -1843,7 +1845,7 @@ static bool stream_valid(const char *p, size_t n)
 	return true;
 }
 
-static int forced_mode = -1; /* PGPROXY_FUZZ_MODE: 0 client, 1 server */
+static int forced_mode = -1; /* PGPROXY_FUZZ_MODE: 0 client, 1 server, 2 sasl */
 
 static bool parse_spec(struct spec *sp, const uint8_t *d, size_t n)
 {
@@ -1855,6 +1857,9 @@ static bool parse_spec(struct spec *sp, const uint8_t *d, size_t n)
 	if (sp->kind == 3)
 		sp->kind = 1;
 	sp->hostile = forced_mode >= 0 ? forced_mode == 1 : (d[0] & 4) != 0;
+	/* sasl: the proxy checks the harness's user with SCRAM, so the stream
+	 * after the startup packet is what SASL messages it sends (whose
+	 * answers carry a random nonce: never compared) */
 	sp->max_prepared = mp[d[1] & 7];
 	sp->variant = d[2];
 	sp->nsplits = d[3] & 7;
@@ -1886,7 +1891,7 @@ static bool parse_spec(struct spec *sp, const uint8_t *d, size_t n)
 	else
 		hb_put(&sp->stream, d + at, n - at);
 	known4 = q_in_batch = unnamed_late = false;
-	sp->valid = sp->kind != 2 && !sp->hostile &&
+	sp->valid = sp->kind != 2 && !sp->hostile && forced_mode != 2 &&
 		    stream_valid(hb_data(&sp->stream) + sp->startup_len, hb_len(&sp->stream) - sp->startup_len);
 	if ((known4 && !STRICT(4)) || unnamed_late)
 		sp->valid = false;
@@ -2128,10 +2133,23 @@ static void setup(void)
 		forced_mode = 0;
 	else if (m && !strcmp(m, "server"))
 		forced_mode = 1;
+	else if (m && !strcmp(m, "sasl"))
+		forced_mode = 2;
+	P.cfg.auth_scram = forced_mode == 2;
+	snprintf(P.cfg.admin_users, sizeof(P.cfg.admin_users), "fuzz"); /* the console, all of it */
 	snprintf(sock_dir, sizeof(sock_dir), "/tmp/pgproxy_fuzz.XXXXXX");
 	if (!mkdtemp(sock_dir))
 		finding("mkdtemp: %s", strerror(errno));
 	snprintf(sock_path, sizeof(sock_path), "%s/.s.PGSQL.5432", sock_dir);
+	if (forced_mode == 2) { /* the harness's user, with a password */
+		char users[300], err[600];
+		snprintf(users, sizeof(users), "%s/users.txt", sock_dir);
+		FILE *f = fopen(users, "w");
+		if (!f || fputs("\"fuzz\" \"fuzz-pw\"\n", f) < 0 || fclose(f) != 0 || chmod(users, 0600) != 0 ||
+		    authfile_open(users, err, sizeof(err)) != 0)
+			finding("the auth file: %s", f ? err : strerror(errno));
+		unlink(users);
+	}
 	struct sockaddr_un un = { .sun_family = AF_UNIX };
 	snprintf(un.sun_path, sizeof(un.sun_path), "%s", sock_path);
 	srv_lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

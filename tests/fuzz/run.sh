@@ -40,16 +40,32 @@ clang -std=c11 -O1 -g -D_GNU_SOURCE -DTS_BUILDING_LIBRARY -DTS_LIBFUZZER \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	-I"$out/include" -I"$src/include" -I"$src/lib" -I"$pg" $(pkg-config --cflags liburcu-bp liburcu-cds) \
 	"$src"/tests/fuzz/pgproxy_fuzz.c $(ls "$pg"/*.c | grep -v '/main\.c$') $core \
-	$(pkg-config --libs liburcu-bp liburcu-cds) -pthread -o "$out/pgproxy_fuzz"
+	$(pkg-config --libs liburcu-bp liburcu-cds libcrypto) -pthread -o "$out/pgproxy_fuzz"
 # Both modes, FUZZ_SECONDS shared between them: the hostile server, and
 # the well-behaved one whose split-invariance check found the class of
 # tests/fuzz/pgproxy-regressions.txt 8-17 (clean since: 40 minutes and
-# 328,000 executions).  PGPROXY_FUZZ_MODES="client" or "server" fuzzes one.
-half=$(( secs / $(echo ${PGPROXY_FUZZ_MODES:-client server} | wc -w) ))
-for mode in ${PGPROXY_FUZZ_MODES:-client server}; do
+# 328,000 executions), and sasl: the client checked with SCRAM-SHA-256.
+# PGPROXY_FUZZ_MODES="client" (or another) fuzzes one.
+half=$(( secs / $(echo ${PGPROXY_FUZZ_MODES:-client server sasl} | wc -w) ))
+for mode in ${PGPROXY_FUZZ_MODES:-client server sasl}; do
 	PGPROXY_FUZZ_MODE=$mode "$out/pgproxy_fuzz" -max_total_time="$half" -max_len=8192 -timeout=30 \
 		-print_final_stats=1 -artifact_prefix="$out/pgproxy-$mode-" "$out/pgproxy-corpus" 2>&1 |
 		tee "$out/pgproxy-$mode.log" |
 		grep -E "^(stat::number_of_executed_units|stat::new_units_added|Done|==|pgproxy_fuzz: FINDING)" || true
 	grep -q "^Done" "$out/pgproxy-$mode.log" || { tail -40 "$out/pgproxy-$mode.log"; exit 1; }
 done
+
+# What a peer sends during SCRAM, and the auth file (tests/fuzz/scram_fuzz.c):
+# a tenth of FUZZ_SECONDS more, at least 10 s.
+mkdir -p "$out/scram-corpus"
+cp "$src"/tests/fuzz/scram-corpus/* "$out/scram-corpus/"
+clang -std=c11 -O1 -g -D_GNU_SOURCE -DTS_BUILDING_LIBRARY -DTS_LIBFUZZER \
+	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	-I"$out/include" -I"$src/include" -I"$src/lib" -I"$pg" $(pkg-config --cflags liburcu-bp liburcu-cds) \
+	"$src"/tests/fuzz/scram_fuzz.c "$pg"/scram.c "$pg"/authfile.c $core \
+	$(pkg-config --libs liburcu-bp liburcu-cds libcrypto) -pthread -o "$out/scram_fuzz"
+tenth=$(( secs / 10 > 10 ? secs / 10 : 10 ))
+"$out/scram_fuzz" -max_total_time="$tenth" -max_len=4096 -timeout=30 -print_final_stats=1 \
+	-artifact_prefix="$out/scram-" "$out/scram-corpus" 2>&1 | tee "$out/scram.log" |
+	grep -E "^(stat::number_of_executed_units|stat::new_units_added|Done|==|scram_fuzz: FINDING)" || true
+grep -q "^Done" "$out/scram.log" || { tail -40 "$out/scram.log"; exit 1; }

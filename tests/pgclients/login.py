@@ -1,0 +1,51 @@
+# SPDX-License-Identifier: MIT
+"""A SCRAM login through pgproxy with Python's client stacks (asyncpg,
+psycopg 3, psycopg2; tests/pgproxy_auth.sh runs it): the right password
+gives current_user, a wrong one the server's refusal.
+
+usage: login.py STACK PORT USER PASSWORD DATABASE
+prints "user NAME" or "refused SQLSTATE-or-none: MESSAGE"
+"""
+import sys
+
+stack, port, user, password, db = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+
+
+def report(sqlstate, e):
+    print(f"refused {sqlstate or 'none'}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
+
+
+if stack == "asyncpg":
+    import asyncio
+    import asyncpg
+
+    async def main():
+        try:
+            c = await asyncpg.connect(host="127.0.0.1", port=port, user=user, password=password,
+                                      database=db, ssl=False, timeout=10)
+        except asyncpg.PostgresError as e:
+            return report(e.sqlstate, e)
+        print("user", await c.fetchval("select current_user"))
+        await c.close()
+    asyncio.run(main())
+elif stack == "psycopg":
+    import psycopg
+    try:
+        with psycopg.connect(host="127.0.0.1", port=port, user=user, password=password, dbname=db,
+                             sslmode="disable", connect_timeout=10) as c:
+            print("user", c.execute("select current_user").fetchone()[0])
+    except psycopg.OperationalError as e:
+        report(e.sqlstate, e)
+elif stack == "psycopg2":
+    import psycopg2
+    try:
+        c = psycopg2.connect(host="127.0.0.1", port=port, user=user, password=password, dbname=db,
+                             sslmode="disable", connect_timeout=10)
+        cur = c.cursor()
+        cur.execute("select current_user")
+        print("user", cur.fetchone()[0])
+        c.close()
+    except psycopg2.OperationalError as e:
+        report(e.pgcode, e)
+else:
+    sys.exit(f"unknown stack {stack}")
