@@ -16,6 +16,11 @@
 #             so that every configuration does the same interactive work
 #   overhead  pgbench -S -c 16 -j 2 alone: direct, (b), (c), (a);
 #             transactions/s and the proxy's CPU seconds
+#   tls       pgbench -S -c 16 -j 2 alone with sslmode=require (TLS between
+#             pgbench and the proxy; the proxy to the server on its Unix
+#             socket as before): (b) with client_tls_sslmode=allow and (c)
+#             with --tls-cert, the same instances as the other rows; beside
+#             each one's overhead row in the clear
 #   users     20 users on one database, one pgbench -S client each, through
 #             (c) and (u) pgbouncer with max_db_connections=4 (the same
 #             ceiling for all users together): transactions/s and the
@@ -58,6 +63,13 @@ for i in $(seq -w 1 "$nusers"); do
 	psql -X -q -h "$work" -c "create role user$i login; grant select on pgbench_accounts, pgbench_branches to user$i" postgres
 done
 
+# one self-signed certificate for both proxies' clients (pgbench does not
+# verify it: sslmode=require)
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$work/tls.key" \
+	-out "$work/tls.crt" -days 2 -subj /CN=localhost >/dev/null 2>&1
+chmod 600 "$work/tls.key"
+[ "$(id -u)" -ne 0 ] || chown postgres "$work/tls.key" "$work/tls.crt"
+
 # (b) pgbouncer
 bport=$(free_port)
 cat >"$work/pgbouncer.ini" <<EOF
@@ -73,6 +85,9 @@ admin_users = bench
 pool_mode = transaction
 default_pool_size = 4
 max_client_conn = 500
+client_tls_sslmode = allow
+client_tls_key_file = $work/tls.key
+client_tls_cert_file = $work/tls.crt
 logfile = $work/bouncer.log
 pidfile = $work/bouncer.pid
 EOF
@@ -106,7 +121,7 @@ start_pgproxy() { # name args...: sets started_port and started_pid
 }
 start_pgproxy a --band application_name=interactive:0 --band application_name=batch:1 --default-band 1
 aport=$started_port apid=$started_pid
-start_pgproxy c --default-band 0
+start_pgproxy c --default-band 0 --tls-cert "$work/tls.crt" --tls-key "$work/tls.key"
 cport=$started_port cpid=$started_pid
 declare -A port=([a]=$aport [b]=$bport [c]=$cport [u]=$uport [direct]=5432)
 declare -A pid=([a]=$apid [b]=$bouncer_pid [c]=$cpid [u]=$ubouncer_pid)
@@ -166,6 +181,17 @@ for r in $(seq 1 "$repeats"); do
 	for k in $order; do flood flood "$k" "$r"; done
 	for k in $order; do flood flood-R100 "$k" "$r" -R 100; done
 done
+tls() { # config repeat: the overhead run, over TLS
+	local k=$1 f=$work/tls.$1.$2.out c0 c1
+	c0=$(cpu_ticks "${pid[$k]}")
+	PGSSLMODE=require PGAPPNAME=interactive pgbench -n -c 16 -j 2 -T "$seconds" -S -h "${host[$k]}" \
+		-p "${port[$k]}" postgres >"$f" 2>&1
+	c1=$(cpu_ticks "${pid[$k]}")
+	failed_ok "$f"
+	record tls "$k" "tps" "$(tps_of "$f")"
+	record tls "$k" "proxy CPU s" "$(echo "$c0 $c1" | awk -v t="$tck" '{ printf "%.2f", ($2 - $1) / t }')"
+	echo "proxy-bench: tls $k repeat $2: $(tps_of "$f") tps"
+}
 sessions() { psql -X -Atc 'select sum(sessions) from pg_stat_database' -h "$work" postgres; }
 users() { # config repeat: every user's pgbench at once
 	local k=$1 rep=$2 i s0 s1 tps=0
@@ -188,6 +214,10 @@ users() { # config repeat: every user's pgbench at once
 for r in $(seq 1 "$repeats"); do
 	if [ $((r % 2)) -eq 1 ]; then order="direct $overhead_set"; else order="$(echo $overhead_set | tr ' ' '\n' | tac | tr '\n' ' ') direct"; fi
 	for k in $order; do overhead "$k" "$r"; done
+done
+for r in $(seq 1 "$repeats"); do
+	if [ $((r % 2)) -eq 1 ]; then order="c b"; else order="b c"; fi
+	for k in $order; do tls "$k" "$r"; done
 done
 for r in $(seq 1 "$repeats"); do
 	if [ $((r % 2)) -eq 1 ]; then order="c u"; else order="u c"; fi
@@ -245,6 +275,19 @@ report=$out/proxy-bench-results.md
 		echo "| ${!n} | $(med overhead $k tps) | $(med overhead $k 'proxy CPU s') |"
 	done
 	echo
+	echo "## TLS"
+	echo
+	echo "\`PGSSLMODE=require pgbench -S -c 16 -j 2\` alone: TLS from pgbench to the proxy (a self-signed"
+	echo "ECDSA P-256 certificate), the proxy to the server on its Unix socket."
+	echo
+	echo "| configuration | tps in the clear | tps over TLS | TLS / clear | proxy CPU s over TLS |"
+	echo "|---|---:|---:|---:|---:|"
+	for k in c b; do
+		n=name_$k
+		echo "| ${!n} | $(med overhead $k tps) | $(med tls $k tps) |" \
+			"$(echo "$(val tls $k tps) $(val overhead $k tps)" | awk '{ printf "%.3f", $1 / $2 }') | $(med tls $k 'proxy CPU s') |"
+	done
+	echo
 	echo "## $nusers users on one database"
 	echo
 	echo "One \`pgbench -S -c 1\` per user, all at once; every proxy holds at most 4 server connections"
@@ -273,6 +316,8 @@ report=$out/proxy-bench-results.md
 	echo "| ... at equal interactive load (-R 100): batch (a) >= 90% of (b)'s | $rba vs $rbb tps: $(echo "$rba $rbb" | awk '{ printf "%.1f%%", 100 * $1 / $2 }') | $(verdict "$rba >= 0.9 * $rbb") |"
 	echo "| (c) throughput >= (b)'s, flood (interactive + batch) | $fc vs $fb tps: $(echo "$fc $fb" | awk '{ printf "%.3fx", $1 / $2 }') | $(verdict "$fc >= $fb") |"
 	echo "| (c) throughput >= (b)'s, overhead | $oc vs $ob tps: $(echo "$oc $ob" | awk '{ printf "%.3fx", $1 / $2 }') | $(verdict "$oc >= $ob") |"
+	tc=$(val tls c tps) tb=$(val tls b tps)
+	echo "| (c) throughput >= (b)'s, over TLS | $tc vs $tb tps: $(echo "$tc $tb" | awk '{ printf "%.3fx", $1 / $2 }') | $(verdict "$tc >= $tb") |"
 	if [ -n "$baseline" ]; then
 		ooc=$(val overhead oc tps) op99a=$(val flood oa 'interactive p99 ms') oba=$(val flood oa 'batch tps')
 		ofc=$(echo "$(val flood oc 'interactive tps') $(val flood oc 'batch tps')" | awk '{ print $1 + $2 }')

@@ -54,7 +54,8 @@ within() {
 # Direct sessions name themselves "direct": every other client backend is
 # one of the proxy's server connections (which take their clients'
 # application_name).
-direct() { PGAPPNAME=direct psql -X -h "$data" -p 5432 "$@"; }
+pgport=${pgport:-5432} # the cluster's port (its socket's name; TCP where a test listens there)
+direct() { PGAPPNAME=direct psql -X -h "$data" -p "$pgport" "$@"; }
 proxy_conns="backend_type = 'client backend' and application_name <> 'direct'"
 via() { psql -X -h 127.0.0.1 -p "$port" "$@"; }
 admin() { via -Atc "$1" pgproxy; }
@@ -71,7 +72,7 @@ start_cluster() {
 # after these win)
 start_proxy() {
 	: >"$data/proxy.log"
-	"$proxy" --listen 127.0.0.1:0 --listen "$data" --server "host=$data port=5432" \
+	"$proxy" --listen 127.0.0.1:0 --listen "$data" --server "host=$data port=$pgport" \
 		--auth-type trust --admin-users pgproxy "$@" \
 		2>"$data/proxy.log" &
 	proxy_pid=$!

@@ -1,11 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /* pgproxy's SCRAM-SHA-256 (examples/pgproxy/scram.c): both roles against
- * the worked example of RFC 7677 section 3, a round trip between them, a
- * secret in PostgreSQL's format, and every malformed peer message refused
+ * the worked example of RFC 7677 section 3, a round trip between them,
+ * channel binding (SCRAM-SHA-256-PLUS) and its refusals, a secret in
+ * PostgreSQL's format, and every malformed peer message refused
  * without a proof being computed from it. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include "pgproxy.h"
 
@@ -124,7 +128,7 @@ static struct scram_verify rfc_verifier(bool known)
 {
 	struct scram_verify v;
 	struct scram_keys k = rfc_keys();
-	scram_verify_begin(&v, &k, known);
+	scram_verify_begin(&v, &k, known, NULL, 0);
 	v.step = 1;
 	strcpy(v.gs2, "n,,");
 	strcpy(v.nonce, "rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0");
@@ -187,8 +191,8 @@ static void verifier_role(void)
 	};
 	for (size_t i = 0; i < sizeof(bad_first) / sizeof(bad_first[0]); i++) {
 		struct scram_verify x;
-		scram_verify_begin(&x, &k, true);
-		int r = scram_verify_first(&x, bad_first[i], strlen(bad_first[i]), out, sizeof(out), &why);
+		scram_verify_begin(&x, &k, true, NULL, 0);
+		int r = scram_verify_first(&x, false, bad_first[i], strlen(bad_first[i]), out, sizeof(out), &why);
 		if (r != SCRAM_BAD)
 			fprintf(stderr, "  accepted client-first \"%s\": %d\n", bad_first[i], r);
 		CHECK(r == SCRAM_BAD);
@@ -197,8 +201,8 @@ static void verifier_role(void)
 	memset(long_nonce + 8, 'a', SCRAM_NONCE_MAX + 1);
 	long_nonce[8 + SCRAM_NONCE_MAX + 1] = 0;
 	struct scram_verify y;
-	scram_verify_begin(&y, &k, true);
-	CHECK(scram_verify_first(&y, long_nonce, strlen(long_nonce), out, sizeof(out), &why) == SCRAM_BAD);
+	scram_verify_begin(&y, &k, true, NULL, 0);
+	CHECK(scram_verify_first(&y, false, long_nonce, strlen(long_nonce), out, sizeof(out), &why) == SCRAM_BAD);
 }
 
 /* pgproxy's client against pgproxy's verifier, random nonces both sides */
@@ -207,13 +211,13 @@ static void round_trip(const char *password, const char *tried, bool known, int 
 	struct scram_keys k;
 	CHECK(scram_keys_new(password, &k));
 	struct scram_verify v;
-	scram_verify_begin(&v, &k, known);
+	scram_verify_begin(&v, &k, known, NULL, 0);
 	struct scram_client s;
 	char first[256], sfirst[512], final[512], sfinal[128];
 	const char *why;
 	int n = scram_client_first(&s, first, sizeof(first));
 	CHECK(n > 0 && !strncmp(first, "n,,n=,r=", 8));
-	n = scram_verify_first(&v, first, (size_t)n, sfirst, sizeof(sfirst), &why);
+	n = scram_verify_first(&v, false, first, (size_t)n, sfirst, sizeof(sfirst), &why);
 	CHECK(n > 0);
 	struct scram_creds cr = { .password = tried };
 	n = scram_client_final(&s, sfirst, (size_t)n, &cr, final, sizeof(final), &why);
@@ -223,6 +227,58 @@ static void round_trip(const char *password, const char *tried, bool known, int 
 	if (n > 0)
 		CHECK(scram_client_check(&s, sfinal, (size_t)n, &why) == 0);
 	scram_verify_end(&v);
+}
+
+/* SCRAM-SHA-256-PLUS over TLS: the client binds to the certificate hash
+ * it sees; any other hash, or a flag that does not match what was
+ * offered and chosen, is refused */
+static int plus_exchange(bool offered, bool plus, const char *flag, unsigned char bound_byte)
+{
+	unsigned char cbind[32], ck[SCRAM_KEY_LEN];
+	memset(cbind, 0xab, sizeof(cbind));
+	struct scram_keys k = rfc_keys();
+	CHECK(scram_keys_from_password("pencil", &k, ck));
+	struct scram_verify v;
+	scram_verify_begin(&v, &k, true, offered ? cbind : NULL, sizeof(cbind));
+	char first[128], sfirst[512], final[512], sfinal[128];
+	const char *why;
+	snprintf(first, sizeof(first), "%sn=,r=plusnonce", flag);
+	int n = scram_verify_first(&v, plus, first, strlen(first), sfirst, sizeof(sfirst), &why);
+	if (n < 0)
+		return n;
+	/* the client's side, written out: c= is the gs2 header and the hash */
+	unsigned char c[64];
+	size_t gl = strlen(flag);
+	memcpy(c, flag, gl);
+	memset(c + gl, bound_byte, sizeof(cbind));
+	char c64[128], auth[1024], proof64[64];
+	b64_encode(c, gl + (flag[0] == 'p' ? sizeof(cbind) : 0), c64);
+	const char *r = strstr(sfirst, "r=") + 2;
+	int rn = (int)(strchr(r, ',') - r);
+	char without[256];
+	snprintf(without, sizeof(without), "c=%s,r=%.*s", c64, rn, r);
+	snprintf(auth, sizeof(auth), "n=,r=plusnonce,%s,%s", sfirst, without);
+	unsigned char sig[SCRAM_KEY_LEN], proof[SCRAM_KEY_LEN];
+	unsigned int len = sizeof(sig);
+	HMAC(EVP_sha256(), k.stored, SCRAM_KEY_LEN, (const unsigned char *)auth, strlen(auth), sig, &len);
+	for (int i = 0; i < SCRAM_KEY_LEN; i++)
+		proof[i] = ck[i] ^ sig[i];
+	b64_encode(proof, SCRAM_KEY_LEN, proof64);
+	snprintf(final, sizeof(final), "%s,p=%s", without, proof64);
+	return scram_verify_final(&v, final, strlen(final), sfinal, sizeof(sfinal), &why);
+}
+
+static void channel_binding(void)
+{
+	CHECK(plus_exchange(true, true, "p=tls-server-end-point,,", 0xab) > 0);
+	CHECK(plus_exchange(true, true, "p=tls-server-end-point,,", 0xac) == SCRAM_BAD); /* another cert */
+	CHECK(plus_exchange(true, false, "n,,", 0) > 0);  /* offered, not wanted */
+	CHECK(plus_exchange(true, false, "y,,", 0) == SCRAM_BAD); /* offered, yet "not offered": downgrade */
+	CHECK(plus_exchange(false, false, "y,,", 0) > 0); /* not offered, and the client says so */
+	CHECK(plus_exchange(true, true, "n,,", 0) == SCRAM_BAD);  /* PLUS chosen, no binding */
+	CHECK(plus_exchange(true, false, "p=tls-server-end-point,,", 0xab) == SCRAM_BAD);
+	CHECK(plus_exchange(false, true, "p=tls-server-end-point,,", 0xab) == SCRAM_BAD); /* not offered */
+	CHECK(plus_exchange(true, true, "p=tls-unique,,", 0xab) == SCRAM_BAD);
 }
 
 static void secrets(void)
@@ -270,6 +326,7 @@ int main(void)
 	round_trip("pencil", "pencil", true, 1);
 	round_trip("pencil", "pencil", false, SCRAM_FAIL);
 	round_trip("pencil", "pencil2", true, SCRAM_FAIL);
+	channel_binding();
 	secrets();
 	md5_answers();
 	char b[8];

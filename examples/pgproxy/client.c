@@ -50,6 +50,8 @@ static void login_continue(struct client *c);
 static bool deallocate_parse(struct client *c, const struct msg *m);
 static bool dealloc_unsettled(struct client *c, const char *q, size_t n);
 
+static size_t in_limit(const struct client *c) { return c->in_need > IN_BOUND ? c->in_need : IN_BOUND; }
+
 static void set_state(struct client *c, enum cstate st)
 {
 	c->state = st;
@@ -230,10 +232,16 @@ static void auth_begin(struct client *c)
 		client_fatal(c, "53200", "pgproxy: out of memory");
 		return;
 	}
-	scram_verify_begin(c->sasl, &k, known);
+	size_t cb_len = 0;
+	const unsigned char *cb = c->tls.ssl ? tls_end_point(&cb_len) : NULL;
+	scram_verify_begin(c->sasl, &k, known, cb, cb_len);
 	OPENSSL_cleanse(&k, sizeof(k));
-	static const char mechanisms[] = "SCRAM-SHA-256\0"; /* and the list's empty end */
-	send_auth(c, 10, mechanisms, sizeof(mechanisms));
+	/* each name ends with a NUL, the list with an empty name */
+	static const char plain[] = "SCRAM-SHA-256\0", with_plus[] = "SCRAM-SHA-256-PLUS\0SCRAM-SHA-256\0";
+	if (c->tls.ssl)
+		send_auth(c, 10, with_plus, sizeof(with_plus));
+	else
+		send_auth(c, 10, plain, sizeof(plain));
 	set_state(c, C_AUTH);
 }
 
@@ -273,7 +281,8 @@ static void client_auth(struct client *c)
 	int n;
 	if (c->sasl->step == 0) { /* mechanism, length, client-first-message */
 		size_t mlen = strnlen(body, (size_t)(end - body));
-		if (body + mlen == end || strcmp(body, "SCRAM-SHA-256")) {
+		bool plus = body + mlen < end && !strcmp(body, "SCRAM-SHA-256-PLUS") && c->tls.ssl;
+		if (body + mlen == end || (!plus && strcmp(body, "SCRAM-SHA-256"))) {
 			client_fatal(c, "08P01", "client selected an invalid SASL authentication mechanism");
 			return;
 		}
@@ -282,7 +291,7 @@ static void client_auth(struct client *c)
 			client_fatal(c, "08P01", "malformed SASLInitialResponse");
 			return;
 		}
-		n = scram_verify_first(c->sasl, p + 4, (size_t)(end - p - 4), reply, sizeof(reply), &why);
+		n = scram_verify_first(c->sasl, plus, p + 4, (size_t)(end - p - 4), reply, sizeof(reply), &why);
 	} else {
 		n = scram_verify_final(c->sasl, body, (size_t)(end - body), reply, sizeof(reply), &why);
 	}
@@ -301,6 +310,26 @@ static void client_auth(struct client *c)
 		set_state(c, C_STARTUP);
 		login_continue(c);
 	}
+}
+
+/* An SSLRequest with TLS offered: 'S', alone and in the clear, then the
+ * handshake inside the next reads and writes.  Bytes the client sent
+ * after its request were not encrypted, and could be injected by anyone
+ * on the path (CVE-2021-23214): refused. */
+static void client_start_tls(struct client *c, uint32_t len)
+{
+	if (buf_len(&c->out))
+		return; /* an answer to a GSSENCRequest is still going out: after it */
+	buf_consume(&c->in, len);
+	if (buf_len(&c->in)) {
+		client_fatal(c, "08P01", "received unencrypted data after SSL request");
+		return;
+	}
+	if (send(c->w.fd, "S", 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1 || tls_accept(&c->tls, c->w.fd) != 0) {
+		client_close(c);
+		return;
+	}
+	c->ticks++;
 }
 
 /* The startup packet (no type byte). */
@@ -323,9 +352,17 @@ static void client_startup(struct client *c)
 	}
 	c->in_need = 0;
 	uint32_t code = get32(p + 4);
-	if (code == SSL_REQUEST || code == GSSENC_REQUEST) {
+	if (code == SSL_REQUEST && tls_offered() && !c->tls.ssl) {
+		client_start_tls(c, len);
+		return;
+	}
+	if ((code == SSL_REQUEST || code == GSSENC_REQUEST) && !c->tls.ssl) {
 		buf_consume(in, len);
 		buf_put(&c->out, "N", 1); /* no encryption: go on in the clear */
+		return;
+	}
+	if (code == SSL_REQUEST || code == GSSENC_REQUEST) {
+		client_fatal(c, "08P01", "pgproxy: an encryption request inside TLS");
 		return;
 	}
 	if (code == CANCEL_REQUEST) {
@@ -363,6 +400,11 @@ static void client_startup(struct client *c)
 	}
 	if (!c->user[0]) {
 		client_fatal(c, "28000", "no PostgreSQL user name specified in startup packet");
+		return;
+	}
+	if (P.cfg.tls_require && !c->tls.ssl) { /* as a pg_hba.conf of hostssl lines only */
+		client_fatal(c, "28000", "pgproxy: user \"%s\": TLS is required (--tls-require): connect with "
+					 "sslmode=require or stricter", c->user);
 		return;
 	}
 	if (!c->db[0])
@@ -1579,6 +1621,7 @@ static void client_close(struct client *c)
 	client_let_go(c);
 	cancel_unregister(c);
 	auth_end(c);
+	tls_end(&c->tls);
 	struct loop *l = c->w.loop;
 	if (c->prev)
 		c->prev->next = c->next;
@@ -1639,9 +1682,8 @@ void client_shutdown(struct client *c)
 
 static void update_masks(struct client *c)
 {
-	uint32_t m = EPOLLRDHUP;
-	size_t limit = c->in_need > IN_BOUND ? c->in_need : IN_BOUND;
-	if (!c->closing && buf_len(&c->in) < limit && buf_len(&c->out) < OUT_BOUND)
+	uint32_t m = EPOLLRDHUP | c->tls.want; /* TLS: what its last call waits for */
+	if (!c->closing && buf_len(&c->in) < in_limit(c) && buf_len(&c->out) < OUT_BOUND)
 		m |= EPOLLIN;
 	if (buf_len(&c->out))
 		m |= EPOLLOUT;
@@ -1649,14 +1691,45 @@ static void update_masks(struct client *c)
 	struct server *s = c->srv;
 	uint32_t sm = 0;
 	if (s && c->state == C_CONNECTING) {
-		sm = s->state == S_CONNECTING ? EPOLLOUT : EPOLLIN | (buf_len(&s->out) ? EPOLLOUT : 0);
+		sm = s->state == S_CONNECTING ? EPOLLOUT : EPOLLIN | (buf_len(&s->out) ? EPOLLOUT : 0) | s->tls.want;
 	} else if (s && c->state == C_LINKED) {
 		if (buf_len(&c->out) < OUT_BOUND && buf_len(&s->in) < IN_BOUND)
 			sm |= EPOLLIN | EPOLLRDHUP;
 		if (buf_len(&s->out))
 			sm |= EPOLLOUT;
+		sm |= s->tls.want;
 	}
 	watch_set(&c->sw, sm);
+}
+
+/* The linked server's bytes, as far as the bounds let them in; a lost
+ * connection ends the client's transaction after what it said first. */
+static void server_read(struct client *c)
+{
+	if (buf_len(&c->out) >= OUT_BOUND || buf_len(&c->srv->in) >= IN_BOUND)
+		return;
+	if (sock_read(c->srv->fd, &c->srv->tls, &c->srv->in, IN_BOUND) < 0) {
+		server_input(c);
+		if (!c->w.dead && c->srv && c->state == C_LINKED)
+			client_server_lost(c, "08006", "pgproxy: the server connection was lost during the transaction");
+	}
+}
+
+/* Bytes OpenSSL decrypted but did not hand over (a read stopped at a
+ * bound) raise no epoll event: read them as the bounds allow.  False if
+ * the client is gone. */
+static bool tls_read_pending(struct client *c)
+{
+	if (tls_pending(&c->tls) && buf_len(&c->in) < in_limit(c) && buf_len(&c->out) < OUT_BOUND &&
+	    sock_read(c->w.fd, &c->tls, &c->in, in_limit(c)) < 0) {
+		client_close(c);
+		return false;
+	}
+	if (c->state == C_LINKED && tls_pending(&c->srv->tls))
+		server_read(c);
+	else if (c->state == C_CONNECTING && tls_pending(&c->srv->tls))
+		server_startup_io(c);
+	return !c->w.dead;
 }
 
 /* What moves: a change in any of these is progress. */
@@ -1686,6 +1759,8 @@ static void client_drive(struct client *c)
 			return;
 		}
 		struct mark before = mark_of(c);
+		if (!c->closing && !tls_read_pending(c))
+			return;
 		if (!c->closing) {
 			if (c->state == C_STARTUP)
 				client_startup(c);
@@ -1700,13 +1775,16 @@ static void client_drive(struct client *c)
 			if (c->w.dead)
 				return;
 		}
-		if (sock_write(c->w.fd, &c->out) < 0) {
+		if (sock_write(c->w.fd, &c->tls, &c->out) < 0) {
 			client_close(c);
 			return;
 		}
-		if (c->state == C_LINKED && buf_len(&c->srv->out) && sock_write(c->srv->fd, &c->srv->out) < 0)
+		if (c->state == C_LINKED && buf_len(&c->srv->out) &&
+		    sock_write(c->srv->fd, &c->srv->tls, &c->srv->out) < 0)
 			client_server_lost(c, "08006", "pgproxy: the server connection was lost during the transaction");
-		if (c->closing && !buf_len(&c->out)) {
+		if (c->closing && (!buf_len(&c->out) || tls_handshaking(&c->tls))) {
+			/* written, or unwritable: no error goes out before the
+			 * handshake, which a silent peer never finishes */
 			client_close(c);
 			return;
 		}
@@ -1724,9 +1802,9 @@ void client_event(struct client *c, uint32_t events)
 			client_close(c);
 			return;
 		}
-	} else if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-		size_t limit = c->in_need > IN_BOUND ? c->in_need : IN_BOUND;
-		int r = buf_len(&c->out) < OUT_BOUND ? sock_read(c->w.fd, &c->in, limit) : 0;
+	} else if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) ||
+		   (c->tls.want == EPOLLOUT && (events & EPOLLOUT))) { /* TLS: a read that waited to write */
+		int r = buf_len(&c->out) < OUT_BOUND ? sock_read(c->w.fd, &c->tls, &c->in, in_limit(c)) : 0;
 		if (r < 0 || (r == 0 && (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)))) {
 			/* gone: queued, it leaves the queue; in a transaction, the
 			 * server connection goes with it */
@@ -1743,18 +1821,10 @@ void server_event(struct watch *w, uint32_t events)
 	struct client *c = container_of(w, struct client, sw);
 	if (c->w.dead || !c->srv)
 		return; /* stale: the connection went back or was closed in this batch */
-	if (c->state == C_CONNECTING) {
+	if (c->state == C_CONNECTING)
 		server_startup_io(c);
-	} else if (c->state == C_LINKED && buf_len(&c->out) < OUT_BOUND &&
-		   buf_len(&c->srv->in) < IN_BOUND) {
-		if (sock_read(c->srv->fd, &c->srv->in, IN_BOUND) < 0) {
-			/* relay what it said before it went, then end the client */
-			server_input(c);
-			if (!c->w.dead && c->srv && c->state == C_LINKED)
-				client_server_lost(c, "08006",
-						   "pgproxy: the server connection was lost during the transaction");
-		}
-	}
+	else if (c->state == C_LINKED)
+		server_read(c);
 	client_drive(c);
 }
 

@@ -42,6 +42,7 @@ static void usage(FILE *f)
 		"               [--server-idle-timeout D] [--server-lifetime D] [--ignore-startup-parameters P,...]\n"
 		"               (--auth-file FILE [--auth-type scram-sha-256] | --auth-type trust)\n"
 		"               [--admin-users U,...] [--stats-users U,...]\n"
+		"               [--tls-cert FILE --tls-key FILE [--tls-require]]\n"
 		"  --auth-file FILE     users and their passwords or SCRAM secrets (pgbouncer's userlist\n"
 		"                       format; mode 600 or 640): clients prove theirs with SCRAM-SHA-256,\n"
 		"                       and pgproxy logs in to the server with it (SCRAM, MD5 or password);\n"
@@ -50,6 +51,9 @@ static void usage(FILE *f)
 		"                       who reaches the port is whoever they say\n"
 		"  --admin-users U,...  may use the admin console, RESIZE and SHUTDOWN included\n"
 		"  --stats-users U,...  may use the admin console's SHOW commands\n"
+		"  --tls-cert, --tls-key  PEM certificate (chain) and key: SSLRequest answered 'S'\n"
+		"  --tls-require        clients must use TLS (CancelRequest excepted)\n"
+		"  --server sslmode=disable|prefer|require|verify-full [sslrootcert=FILE]: TLS to the server\n"
 		"  --pool-size N        server connections per database, the turnstile's ceiling (default 4)\n"
 		"  --band KEY=NAME:BAND clients whose application_name or user is NAME queue in BAND\n"
 		"                       (0 first, up to %d; the first matching rule wins)\n"
@@ -185,10 +189,23 @@ static void parse_server(const char *s)
 			P.cfg.server_port = (int)parse_int(val, 1, 65535, "--server's port");
 		else if (!strcmp(key, "password"))
 			snprintf(P.cfg.server_password, sizeof(P.cfg.server_password), "%s", val);
+		else if (!strcmp(key, "sslmode") && !strcmp(val, "disable"))
+			P.cfg.server_sslmode = SSL_DISABLE;
+		else if (!strcmp(key, "sslmode") && !strcmp(val, "prefer"))
+			P.cfg.server_sslmode = SSL_PREFER;
+		else if (!strcmp(key, "sslmode") && !strcmp(val, "require"))
+			P.cfg.server_sslmode = SSL_REQUIRE;
+		else if (!strcmp(key, "sslmode") && !strcmp(val, "verify-full"))
+			P.cfg.server_sslmode = SSL_VERIFY_FULL;
+		else if (!strcmp(key, "sslmode"))
+			die("--server: sslmode is disable, prefer, require or verify-full, not \"%s\"", val);
+		else if (!strcmp(key, "sslrootcert"))
+			snprintf(P.cfg.server_rootcert, sizeof(P.cfg.server_rootcert), "%s", val);
 		else if (!strcmp(key, "user") || !strcmp(key, "dbname"))
 			die("--server: %s comes from each client, not from --server", key);
 		else
-			die("--server: unknown key \"%s\" (host, port and password are understood)", key);
+			die("--server: unknown key \"%s\" (host, port, password, sslmode and sslrootcert are "
+			    "understood)", key);
 	}
 }
 
@@ -247,6 +264,28 @@ static void configure_auth(const char *auth_type)
 	char err[600];
 	if (P.cfg.auth_file[0] && authfile_open(P.cfg.auth_file, err, sizeof(err)) != 0)
 		die("--auth-file: %s", err);
+}
+
+static void configure_tls(void)
+{
+	char err[600];
+	if (!P.cfg.tls_cert[0] != !P.cfg.tls_key[0])
+		die("%s", "--tls-cert and --tls-key go together");
+	if (P.cfg.tls_require && !P.cfg.tls_cert[0])
+		die("%s", "--tls-require needs --tls-cert and --tls-key");
+	if (P.cfg.tls_cert[0] && tls_setup_clients(P.cfg.tls_cert, P.cfg.tls_key, err, sizeof(err)) != 0)
+		die("%s", err);
+	if (P.cfg.server_host[0] == '/' && P.cfg.server_sslmode >= SSL_REQUIRE)
+		die("%s", "--server: PostgreSQL speaks no TLS on a Unix socket: sslmode=require and "
+			  "verify-full need host=ADDRESS");
+	if (P.cfg.server_host[0] == '/')
+		P.cfg.server_sslmode = SSL_DISABLE; /* prefer: there is nothing to prefer */
+	if (P.cfg.server_rootcert[0] && P.cfg.server_sslmode != SSL_VERIFY_FULL)
+		die("%s", "--server: sslrootcert= is for sslmode=verify-full");
+	const char *modes[] = { "disable", "prefer", "require", "verify-full" };
+	if (P.cfg.server_sslmode != SSL_DISABLE &&
+	    tls_setup_server(modes[P.cfg.server_sslmode], P.cfg.server_rootcert, err, sizeof(err)) != 0)
+		die("--server: %s", err);
 }
 
 static bool loopback(const struct sockaddr_storage *ss)
@@ -590,6 +629,10 @@ int main(int argc, char **argv)
 			usage(stdout);
 			return 0;
 		}
+		if (!strcmp(a, "--tls-require")) { /* takes no value */
+			P.cfg.tls_require = true;
+			continue;
+		}
 		if (!v) {
 			fprintf(stderr, "pgproxy: %s needs a value\n", a);
 			usage(stderr);
@@ -629,6 +672,11 @@ int main(int argc, char **argv)
 			if (strlen(v) >= sizeof(P.cfg.auth_file))
 				die("%s", "--auth-file: path too long");
 			snprintf(P.cfg.auth_file, sizeof(P.cfg.auth_file), "%s", v);
+		} else if (!strcmp(a, "--tls-cert") || !strcmp(a, "--tls-key")) {
+			char *dst = a[6] == 'c' ? P.cfg.tls_cert : P.cfg.tls_key;
+			if (strlen(v) >= sizeof(P.cfg.tls_cert))
+				die("%s: path too long", a);
+			snprintf(dst, sizeof(P.cfg.tls_cert), "%s", v);
 		} else if (!strcmp(a, "--auth-type")) {
 			if (strcmp(v, "trust") && strcmp(v, "scram-sha-256"))
 				die("--auth-type is trust or scram-sha-256, not \"%s\"", v);
@@ -660,6 +708,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	configure_auth(auth_type);
+	configure_tls();
 	if (P.cfg.fleet.on && P.cfg.processes)
 		die("%s", "--fleet with --processes is not supported yet: run one pgproxy per "
 			  "fleet member");
@@ -790,6 +839,7 @@ int main(int argc, char **argv)
 	free(P.loops);
 	free(P.cfg.rules);
 	authfile_close();
+	tls_free_all();
 	pthread_mutex_destroy(&P.pools_mu);
 	if (P.worker >= 0)
 		fprintf(stderr, "pgproxy: worker %d: shut down\n", P.worker);

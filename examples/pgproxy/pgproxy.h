@@ -111,11 +111,22 @@ struct relay {
  * into `to` (NULL or drop: away).  Stops early when `to` holds `bound`. */
 void relay_step(struct relay *rl, struct buf *from, struct buf *to, size_t bound);
 
+/* A connection's TLS (tls.c): ssl NULL for a plain socket.  want: the
+ * epoll event the last TLS call waits for (0: none). */
+struct ssl_st;
+struct tls {
+	struct ssl_st *ssl;
+	uint32_t want;
+	bool broken; /* a fatal TLS error: no close_notify */
+};
+
 /* Reads what is there while fewer than `limit` bytes are buffered: 1 read
- * something, 0 nothing, -1 end of stream or error. */
-int sock_read(int fd, struct buf *b, size_t limit);
+ * something, 0 nothing, -1 end of stream or error.  Through t's TLS when
+ * it has one (t may be NULL). */
+int sock_read(int fd, struct tls *t, struct buf *b, size_t limit);
 /* Writes what the socket takes: 0, or -1 on a broken socket. */
-int sock_write(int fd, struct buf *b);
+int sock_write(int fd, struct tls *t, struct buf *b);
+#define READ_CHUNK (16 * 1024)
 
 /* ---------------------------------------------------------------- pkt.c */
 
@@ -188,14 +199,20 @@ struct scram_verify {
 	int step;
 	bool known;
 	struct scram_keys keys;
-	char gs2[8];
+	char gs2[32];
+	bool plus_offered;                       /* TLS: SCRAM-SHA-256-PLUS offered */
+	unsigned char cbind[64];                 /* tls-server-end-point */
+	size_t cbind_len;
 	char nonce[SCRAM_NONCE_MAX + SCRAM_NONCE_LEN + 1];
 	char bare[SCRAM_MSG_MAX + 1];
 	char server_first[SCRAM_NONCE_MAX + SCRAM_NONCE_LEN + 160];
 	unsigned char client_key[SCRAM_KEY_LEN]; /* proven, after success */
 };
-void scram_verify_begin(struct scram_verify *v, const struct scram_keys *k, bool known);
-int scram_verify_first(struct scram_verify *v, const char *msg, size_t n, char *out, size_t cap,
+/* cbind: over TLS, the certificate hash a client may bind to (NULL: no
+ * TLS, no SCRAM-SHA-256-PLUS); plus: the client chose it. */
+void scram_verify_begin(struct scram_verify *v, const struct scram_keys *k, bool known,
+			const unsigned char *cbind, size_t cbind_len);
+int scram_verify_first(struct scram_verify *v, bool plus, const char *msg, size_t n, char *out, size_t cap,
 		       const char **why);
 int scram_verify_final(struct scram_verify *v, const char *msg, size_t n, char *out, size_t cap,
 		       const char **why);
@@ -227,6 +244,23 @@ void md5_response(const char *password, const char *md5_secret, const char *user
 		  const unsigned char salt[4], char out[36]);
 size_t b64_encode(const unsigned char *in, size_t n, char *out);
 long b64_decode(const char *in, size_t n, unsigned char *out, size_t cap);
+
+/* ---------------------------------------------------------------- tls.c */
+
+/* At start: the contexts (0, or -1 and why). */
+int tls_setup_clients(const char *cert, const char *key, char *err, size_t errlen);
+int tls_setup_server(const char *sslmode, const char *rootcert, char *err, size_t errlen);
+void tls_free_all(void);
+bool tls_offered(void);                            /* --tls-cert given */
+const unsigned char *tls_end_point(size_t *n);     /* our certificate's hash, for -PLUS */
+int tls_accept(struct tls *t, int fd);             /* after answering 'S' */
+int tls_connect(struct tls *t, int fd, const char *host, bool verify); /* after the server's 'S' */
+void tls_end(struct tls *t);                       /* close_notify if it can, and free */
+bool tls_pending(const struct tls *t);             /* decrypted bytes epoll cannot see */
+bool tls_handshaking(const struct tls *t);         /* begun, not finished */
+int tls_read(struct tls *t, struct buf *b, size_t limit);
+int tls_write(struct tls *t, struct buf *b);
+const char *tls_verify_error(const struct tls *t); /* why the peer's certificate failed, or NULL */
 
 /* ---------------------------------------------------------------- authfile.c */
 
@@ -319,6 +353,10 @@ struct config {
 	char ignore_params[512]; /* comma-separated startup parameters to ignore */
 	struct fleet_opts fleet;
 	bool auth_scram;          /* --auth-type scram-sha-256 (else trust) */
+	char tls_cert[4096], tls_key[4096];
+	bool tls_require;         /* --tls-require: no login in the clear */
+	enum { SSL_DISABLE, SSL_PREFER, SSL_REQUIRE, SSL_VERIFY_FULL } server_sslmode;
+	char server_rootcert[4096];
 	char auth_file[4096];
 	char admin_users[1024], stats_users[1024]; /* comma-separated */
 };
@@ -521,7 +559,8 @@ struct rq {
 struct server {
 	struct upool *up;
 	int fd;
-	enum { S_CONNECTING, S_STARTUP, S_READY } state;
+	enum { S_CONNECTING, S_SSL, S_STARTUP, S_READY } state; /* S_SSL: SSLRequest sent */
+	struct tls tls;
 	int32_t pid, key;
 	struct buf in, out;
 	struct relay rl;         /* the server message being relayed */
@@ -603,6 +642,7 @@ struct client {
 	struct params want;  /* its tracked parameters */
 	struct stmt_map *stmts;
 	struct scram_verify *sasl; /* C_AUTH: the exchange */
+	struct tls tls;            /* the client's TLS, after its SSLRequest */
 	uint64_t ticks;      /* state changes: progress without bytes */
 	int32_t id, key, srv_pid, srv_key; /* cancel keys (cancel.c's lock) */
 	bool registered;

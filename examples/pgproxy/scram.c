@@ -176,14 +176,46 @@ static bool printable(const char *s, size_t n)
 
 /* ------------------------------------------------------------ verifying a client */
 
-void scram_verify_begin(struct scram_verify *v, const struct scram_keys *k, bool known)
+void scram_verify_begin(struct scram_verify *v, const struct scram_keys *k, bool known,
+			const unsigned char *cbind, size_t cbind_len)
 {
 	memset(v, 0, sizeof(*v));
 	v->keys = *k;
 	v->known = known;
+	if (cbind && cbind_len <= sizeof(v->cbind)) {
+		v->plus_offered = true;
+		memcpy(v->cbind, cbind, cbind_len);
+		v->cbind_len = cbind_len;
+	}
 }
 
-int scram_verify_first(struct scram_verify *v, const char *msg, size_t n, char *out, size_t cap,
+/* The gs2 header's channel binding flag against what was offered and
+ * chosen (RFC 5802 6, PostgreSQL's messages): NULL if it is consistent. */
+static const char *binding_flag(const struct scram_verify *v, bool plus, const char **p, const char *end)
+{
+	const char *s = *p;
+	if (*s == 'p') {
+		static const char cb[] = "p=tls-server-end-point,";
+		if (!plus)
+			return "the client selected SCRAM-SHA-256 without channel binding, but the SCRAM message "
+			       "includes channel binding data";
+		if ((size_t)(end - s) < sizeof(cb) - 1 || memcmp(s, cb, sizeof(cb) - 1))
+			return "unsupported SCRAM channel-binding type (pgproxy binds tls-server-end-point)";
+		*p = s + sizeof(cb) - 2;
+		return NULL;
+	}
+	if (*s != 'n' && *s != 'y')
+		return "malformed SCRAM message";
+	if (plus)
+		return "the client selected SCRAM-SHA-256-PLUS, but the SCRAM message does not include "
+		       "channel binding data";
+	if (*s == 'y' && v->plus_offered) /* it could bind, and saw nothing to bind to: a downgrade */
+		return "SCRAM channel binding negotiation error";
+	*p = s + 1;
+	return NULL;
+}
+
+int scram_verify_first(struct scram_verify *v, bool plus, const char *msg, size_t n, char *out, size_t cap,
 		       const char **why)
 {
 	const char *p = msg, *end = msg + n, *val;
@@ -191,16 +223,13 @@ int scram_verify_first(struct scram_verify *v, const char *msg, size_t n, char *
 	*why = "malformed SCRAM message";
 	if (v->step != 0 || n == 0 || n > SCRAM_MSG_MAX || memchr(msg, 0, n))
 		return SCRAM_BAD;
-	/* gs2-header: the channel binding flag ('y': the client could bind
-	 * but sees no SCRAM-SHA-256-PLUS offered, which is so), an empty
-	 * authzid */
-	if (*p == 'p') {
-		*why = "the client asked for SCRAM channel binding, which pgproxy did not offer";
+	/* gs2-header: the channel binding flag, an empty authzid */
+	if ((plus && !v->plus_offered) || (*why = binding_flag(v, plus, &p, end))) {
+		if (!*why)
+			*why = "the client selected SCRAM-SHA-256-PLUS, which pgproxy did not offer";
 		return SCRAM_BAD;
 	}
-	if (*p != 'n' && *p != 'y')
-		return SCRAM_BAD;
-	p++;
+	*why = "malformed SCRAM message";
 	if (p >= end || *p++ != ',')
 		return SCRAM_BAD;
 	if (p < end && *p == 'a') {
@@ -259,12 +288,19 @@ int scram_verify_final(struct scram_verify *v, const char *msg, size_t n, char *
 	if (v->step != 1 || n == 0 || n > SCRAM_MSG_MAX || memchr(msg, 0, n))
 		return SCRAM_BAD;
 	v->step = 2;
-	/* c=: the gs2 header the client sent first, nothing bound to it */
-	unsigned char cb[sizeof(v->gs2)];
+	/* c=: the gs2 header the client sent first, and with "p=" the
+	 * certificate hash of the TLS session it sees */
+	unsigned char cb[sizeof(v->gs2) + sizeof(v->cbind)], want[sizeof(cb)];
+	size_t gs2len = strlen(v->gs2), wantlen = gs2len;
+	memcpy(want, v->gs2, gs2len);
+	if (v->gs2[0] == 'p') {
+		memcpy(want + gs2len, v->cbind, v->cbind_len);
+		wantlen += v->cbind_len;
+	}
 	if (!attr(&p, end, 'c', NULL, &val, &vn))
 		return SCRAM_BAD;
 	long cbn = b64_decode(val, vn, cb, sizeof(cb));
-	if (cbn < 0 || (size_t)cbn != strlen(v->gs2) || memcmp(cb, v->gs2, (size_t)cbn)) {
+	if (cbn < 0 || (size_t)cbn != wantlen || CRYPTO_memcmp(cb, want, wantlen)) {
 		*why = "SCRAM channel binding check failed";
 		return SCRAM_BAD;
 	}

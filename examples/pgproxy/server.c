@@ -31,6 +31,9 @@
 #include "pgproxy.h"
 
 #define PROTO_30 196608
+#define SSL_REQUEST_CODE 80877103
+
+static void queue_startup(struct server *s);
 #define PARAMS_MAX (64 * 1024) /* a server's startup ParameterStatus, all together */
 
 struct server *server_new(struct upool *u)
@@ -64,8 +67,13 @@ static void rq_drop(struct rq *e)
 void server_destroy(struct server *s)
 {
 	if (s->fd >= 0) {
-		if (s->state == S_READY) /* tell the server: no "unexpected EOF" in its log */
-			(void)send(s->fd, "X\0\0\0\4", 5, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (s->state == S_READY) { /* tell the server: no "unexpected EOF" in its log */
+			struct buf bye = { 0 };
+			buf_put(&bye, "X\0\0\0\4", 5);
+			(void)sock_write(s->fd, &s->tls, &bye);
+			buf_free(&bye);
+		}
+		tls_end(&s->tls);
 		if (ts_pass_issued(&s->conn_pass)) /* --processes */
 			conns_linger(s->fd, &s->conn_pass, s->close_for);
 		else
@@ -475,8 +483,21 @@ void server_start(struct client *c, struct server *s)
 					 P.cfg.server_host, strerror(errno));
 		return;
 	}
-	/* Only user and database: what the server then reports is this
-	 * user's defaults, and every client's own values are SET on top. */
+	if (P.cfg.server_sslmode != SSL_DISABLE) { /* SSLRequest first, the startup after its answer */
+		struct pkt k;
+		pkt_begin(&k, 0);
+		pkt_i32(&k, SSL_REQUEST_CODE);
+		pkt_end(&k, &s->out);
+	} else {
+		queue_startup(s);
+	}
+	/* events come once the connect completes */
+}
+
+/* Only user and database: what the server then reports is this user's
+ * defaults, and every client's own values are SET on top. */
+static void queue_startup(struct server *s)
+{
 	struct pkt k;
 	pkt_begin(&k, 0);
 	pkt_i32(&k, PROTO_30);
@@ -486,7 +507,45 @@ void server_start(struct client *c, struct server *s)
 	pkt_str(&k, s->up->pool->db);
 	pkt_u8(&k, 0);
 	pkt_end(&k, &s->out);
-	/* events come once the connect completes */
+}
+
+/* S_SSL: the SSLRequest out, then the server's one-byte answer, read
+ * alone (anything after it is the server's TLS, or an injection: either
+ * way OpenSSL's to judge).  False when the attempt failed (told). */
+static bool server_ssl_answer(struct client *c)
+{
+	struct server *s = c->srv;
+	if (sock_write(s->fd, NULL, &s->out) < 0) {
+		client_server_failed_msg(c, "08006", "pgproxy: the server closed the connection at its SSLRequest");
+		return false;
+	}
+	if (buf_len(&s->out))
+		return true;
+	char answer;
+	ssize_t n = recv(s->fd, &answer, 1, MSG_DONTWAIT);
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return true;
+	if (n != 1) {
+		client_server_failed_msg(c, "08006", "pgproxy: the server closed the connection at its SSLRequest");
+		return false;
+	}
+	bool verify = P.cfg.server_sslmode == SSL_VERIFY_FULL;
+	if (answer == 'S' && tls_connect(&s->tls, s->fd, P.cfg.server_host, verify) != 0) {
+		client_server_failed_msg(c, "08006", "pgproxy: cannot start TLS with the server (out of memory?)");
+		return false;
+	}
+	if (answer == 'N' && P.cfg.server_sslmode != SSL_PREFER) {
+		client_server_failed_msg(c, "08001", "pgproxy: the server does not accept TLS, and --server asks "
+						     "for sslmode=%s", verify ? "verify-full" : "require");
+		return false;
+	}
+	if (answer != 'S' && answer != 'N') {
+		client_server_failed_msg(c, "08P01", "pgproxy: the server answered the SSLRequest with neither S nor N");
+		return false;
+	}
+	queue_startup(s);
+	s->state = S_STARTUP;
+	return true;
 }
 
 /* ---------------------------------------------------------------- authentication */
@@ -695,9 +754,11 @@ void server_startup_io(struct client *c)
 						 P.cfg.server_host, strerror(err));
 			return;
 		}
-		s->state = S_STARTUP;
+		s->state = P.cfg.server_sslmode != SSL_DISABLE ? S_SSL : S_STARTUP;
 	}
-	bool broken = sock_write(s->fd, &s->out) < 0 || sock_read(s->fd, &s->in, IN_BOUND) < 0;
+	if (s->state == S_SSL && (!server_ssl_answer(c) || s->state == S_SSL))
+		return;
+	bool broken = sock_write(s->fd, &s->tls, &s->out) < 0 || sock_read(s->fd, &s->tls, &s->in, IN_BOUND) < 0;
 	bool done = false;
 	while (!done) {
 		struct msg m;
@@ -733,6 +794,12 @@ void server_startup_io(struct client *c)
 		pthread_mutex_unlock(&u->pool->mu);
 		buf_free(&s->params);
 		client_server_ready(c);
+	} else if (broken && tls_verify_error(&s->tls)) {
+		client_server_failed_msg(c, "08006", "pgproxy: the server's certificate is refused (sslmode=verify-full): %s",
+					 tls_verify_error(&s->tls));
+	} else if (broken && s->tls.ssl) {
+		client_server_failed_msg(c, "08006", "pgproxy: TLS with the server failed, or it closed the connection "
+						     "during startup");
 	} else if (broken) {
 		client_server_failed_msg(c, "08006", "pgproxy: the server closed the connection during startup");
 	}

@@ -17,7 +17,6 @@
 /* Buffers that grew past this for a large row or a COPY are given back
  * once empty, so an idle connection does not keep megabytes. */
 #define BUF_KEEP (256 * 1024)
-#define READ_CHUNK 16384
 
 bool buf_reserve(struct buf *b, size_t n)
 {
@@ -129,8 +128,10 @@ void relay_step(struct relay *rl, struct buf *from, struct buf *to, size_t bound
 	rl->left -= n;
 }
 
-int sock_read(int fd, struct buf *b, size_t limit)
+int sock_read(int fd, struct tls *t, struct buf *b, size_t limit)
 {
+	if (t && t->ssl)
+		return tls_read(t, b, limit);
 	int got = 0;
 	while (buf_len(b) < limit) {
 		size_t want = limit - buf_len(b) < READ_CHUNK ? limit - buf_len(b) : READ_CHUNK;
@@ -156,8 +157,10 @@ int sock_read(int fd, struct buf *b, size_t limit)
 	return got;
 }
 
-int sock_write(int fd, struct buf *b)
+int sock_write(int fd, struct tls *t, struct buf *b)
 {
+	if (t && t->ssl)
+		return tls_write(t, b);
 	while (buf_len(b)) {
 		ssize_t n = send(fd, buf_data(b), buf_len(b), MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n > 0)

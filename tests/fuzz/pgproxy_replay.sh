@@ -27,7 +27,7 @@ if [ ! -x "$bin" ]; then
 			-I"$src/include" -I"$src/lib" -I"$pg" $(pkg-config --cflags liburcu-bp liburcu-cds) \
 			"$src/tests/fuzz/pgproxy_fuzz.c" $(ls "$pg"/*.c | grep -v '/main\.c$') \
 			$(ls "$src"/lib/*.c | grep -v -e '/fleet' -e '/etcd\.c$') \
-			$(pkg-config --libs liburcu-bp liburcu-cds libcrypto) -pthread -o "$tmp/pgproxy_fuzz"
+			$(pkg-config --libs liburcu-bp liburcu-cds libssl libcrypto) -pthread -o "$tmp/pgproxy_fuzz"
 	}
 	build -fsanitize=address,undefined -fno-sanitize-recover=all 2>/dev/null || build
 	bin=$tmp/pgproxy_fuzz

@@ -40,7 +40,7 @@ clang -std=c11 -O1 -g -D_GNU_SOURCE -DTS_BUILDING_LIBRARY -DTS_LIBFUZZER \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	-I"$out/include" -I"$src/include" -I"$src/lib" -I"$pg" $(pkg-config --cflags liburcu-bp liburcu-cds) \
 	"$src"/tests/fuzz/pgproxy_fuzz.c $(ls "$pg"/*.c | grep -v '/main\.c$') $core \
-	$(pkg-config --libs liburcu-bp liburcu-cds libcrypto) -pthread -o "$out/pgproxy_fuzz"
+	$(pkg-config --libs liburcu-bp liburcu-cds libssl libcrypto) -pthread -o "$out/pgproxy_fuzz"
 # Both modes, FUZZ_SECONDS shared between them: the hostile server, and
 # the well-behaved one whose split-invariance check found the class of
 # tests/fuzz/pgproxy-regressions.txt 8-17 (clean since: 40 minutes and

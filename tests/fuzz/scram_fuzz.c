@@ -3,7 +3,8 @@
  * and what an operator writes in the auth file (authfile.c).
  *
  * An input is a selector byte, then bytes:
- *   0  a client-first-message, to a fresh verifier
+ *   0  a client-first-message, to a fresh verifier (selector bit 5: over
+ *      TLS, SCRAM-SHA-256-PLUS offered; bit 6: the client chose it)
  *   1  a client-final-message, to a verifier past its first step (fixed
  *      nonces, RFC 7677's keys)
  *   2  two client messages, cut at the second byte's fraction of the rest:
@@ -109,12 +110,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	case 0:
 	case 2: {
 		bool known = data[0] & 16;
-		scram_verify_begin(&v, &rfc_keys, known);
+		static const unsigned char cbind[32] = { 0xab };
+		scram_verify_begin(&v, &rfc_keys, known, (data[0] & 32) ? cbind : NULL, sizeof(cbind));
 		size_t cut = n;
 		if (sel == 2 && n) {
 			cut = (size_t)((uint8_t)d[0]) * (n - 1) / 255 + 1;
 		}
-		int r = scram_verify_first(&v, d, cut, out, sizeof(out), &why);
+		int r = scram_verify_first(&v, data[0] & 64, d, cut, out, sizeof(out), &why);
 		check_out(r, out, sizeof(out), "verify_first");
 		if (r >= 0 && cut > SCRAM_MSG_MAX)
 			FINDING("verify_first accepted %zu bytes", cut);
@@ -124,7 +126,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		break;
 	}
 	case 1:
-		scram_verify_begin(&v, &rfc_keys, data[0] & 16);
+		scram_verify_begin(&v, &rfc_keys, data[0] & 16, NULL, 0);
 		v.step = 1;
 		strcpy(v.gs2, "n,,");
 		strcpy(v.nonce, "rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0");

@@ -13,7 +13,10 @@ public class Login {
 		Properties p = new Properties();
 		p.setProperty("user", a[1]);
 		p.setProperty("password", a[2]);
-		p.setProperty("sslmode", "disable");
+		String ca = System.getenv("PGCLIENT_SSLROOTCERT"); // TLS only, verify-full
+		p.setProperty("sslmode", ca != null ? "verify-full" : "disable");
+		if (ca != null)
+			p.setProperty("sslrootcert", ca);
 		p.setProperty("connectTimeout", "10");
 		try (Connection c = DriverManager.getConnection("jdbc:postgresql://127.0.0.1:" + a[0] + "/" + a[3], p);
 		     ResultSet r = c.createStatement().executeQuery("select current_user")) {

@@ -1,0 +1,224 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# pgproxy with TLS on both sides (--tls-cert/--tls-key for clients,
+# sslmode= in --server), against tests/pglib.sh's throwaway cluster made to
+# accept only TLS over TCP (pg_hba.conf: hostssl, scram-sha-256), with
+# certificates the test makes (a CA, and a certificate for 127.0.0.1 and
+# localhost).  Pinned down:
+#   - psql with sslmode=verify-full through the proxy, its session TLS on
+#     both sides (\conninfo, pg_stat_ssl); channel_binding=require
+#     (SCRAM-SHA-256-PLUS, bound to the proxy's certificate); a client
+#     trusting another CA refused; --tls-require refuses clients in the
+#     clear;
+#   - the client stacks (asyncpg, psycopg 3, psycopg2, PgJDBC,
+#     node-postgres where installed) with verify-full, right and wrong
+#     passwords;
+#   - 20 MB of rows through TLS on both sides, byte for byte as direct;
+#     pgbench over TLS with no failed transaction;
+#   - a CancelRequest stops a query of a TLS session;
+#   - towards the server: verify-full with another CA refused (the error
+#     says why), sslmode=require against a server that answers 'N' refused;
+#   - hostile clients: bytes in the clear after an SSLRequest (FATAL 08P01),
+#     a broken handshake, a client quiet after 'S' (closed by
+#     --client-login-timeout); the proxy lives on.
+set -eu
+name=pgproxy_tls
+pgport=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+. "$(dirname "$0")/pglib.sh"
+command -v openssl >/dev/null || { echo "$name: no openssl"; exit 77; }
+
+# the certificates: a CA, the proxy's and the server's (one will do), and
+# another CA that signed nothing here
+mk() { openssl "$@" >/dev/null 2>&1 || fail "openssl $1 failed"; }
+ec="-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes"
+mk req -x509 $ec -keyout "$data/ca.key" -out "$data/ca.crt" -days 2 -subj /CN=pgproxy-test-ca
+mk req -x509 $ec -keyout "$data/other.key" -out "$data/other.crt" -days 2 -subj /CN=another-ca
+mk req $ec -keyout "$data/cert.key" -out "$data/cert.csr" -subj /CN=localhost
+printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >"$data/san.ext"
+mk x509 -req -in "$data/cert.csr" -CA "$data/ca.crt" -CAkey "$data/ca.key" -CAcreateserial \
+	-out "$data/cert.crt" -days 2 -extfile "$data/san.ext"
+chmod 600 "$data/cert.key"
+[ "$(id -u)" -ne 0 ] || chown postgres "$data/cert.key" "$data/cert.crt"
+
+start_cluster -c port="$pgport" -c listen_addresses=127.0.0.1 -c ssl=on \
+	-c ssl_cert_file="$data/cert.crt" -c ssl_key_file="$data/cert.key"
+direct -q postgres <<'SQL'
+SET password_encryption = 'scram-sha-256';
+CREATE ROLE alice LOGIN PASSWORD 'alice-pw';
+CREATE ROLE bob LOGIN PASSWORD 'bob-pw';
+SQL
+cat >"$data/db/pg_hba.conf" <<'HBA'
+local all pgproxy trust
+hostssl all all 127.0.0.1/32 scram-sha-256
+HBA
+as_owner pg_ctl -D "$data/db" reload >/dev/null
+within 10 sh -c "! PGPASSWORD=alice-pw psql -X 'host=127.0.0.1 port=$pgport user=alice dbname=postgres sslmode=disable' -Atc 'select 1' 2>/dev/null" ||
+	fail "the server takes TCP in the clear"
+PGPASSWORD=alice-pw psql -X "host=127.0.0.1 port=$pgport user=alice dbname=postgres sslmode=require" -Atc 'select 1' >/dev/null ||
+	fail "the server does not take TLS"
+
+(
+	umask 077
+	printf '"alice" "alice-pw"\n"bob" "bob-pw"\n"pgproxy" "admin-pw"\n' >"$data/users.txt"
+)
+export PGPASSWORD=admin-pw PGSSLMODE=verify-full PGSSLROOTCERT=$data/ca.crt
+server="host=127.0.0.1 port=$pgport sslmode=verify-full sslrootcert=$data/ca.crt"
+start_proxy --server "$server" --auth-file "$data/users.txt" --auth-type scram-sha-256 --tls-cert "$data/cert.crt" \
+	--tls-key "$data/cert.key" --tls-require --threads 2 --max-prepared 100 --client-login-timeout 2s
+tls_psql() { PGUSER=alice PGPASSWORD=alice-pw psql -X "host=127.0.0.1 port=$port dbname=postgres $1" -Atc "$2"; }
+
+tls_psql "" '\conninfo' | grep -q 'SSL connection' || fail "the client's session is not TLS"
+[ "$(tls_psql "" 'select ssl from pg_stat_ssl where pid = pg_backend_pid()')" = t ] ||
+	fail "the proxy's server connection is not TLS"
+ok "verify-full through the proxy: TLS to the client and to the server"
+[ "$(tls_psql 'channel_binding=require' 'select current_user')" = alice ] ||
+	fail "channel_binding=require: SCRAM-SHA-256-PLUS does not log in"
+ok "channel binding (SCRAM-SHA-256-PLUS, tls-server-end-point)"
+out=$(PGSSLROOTCERT=$data/other.crt tls_psql '' 'select 1' 2>&1) && fail "a client trusting another CA got in"
+echo "$out" | grep -q 'certificate verify failed' || fail "another CA: $out"
+out=$(tls_psql 'sslmode=disable' 'select 1' 2>&1) && fail "--tls-require let a client in the clear in"
+echo "$out" | grep -q 'TLS is required' || fail "in the clear: $out"
+ok "a client trusting another CA, or in the clear, is refused"
+
+kit=$(dirname "$0")/pgclients
+jar=/usr/share/java/postgresql.jar
+node_dir=${PGCLIENTS_NODE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/libturnstile/pgclients-node}
+stack_login() { # STACK USER PASSWORD
+	case $1 in
+	jdbc) java -cp "$jar" "$kit/Login.java" "$port" "$2" "$3" postgres ;;
+	node) NODE_PATH=$node_dir/node_modules node "$kit/login.js" "$port" "$2" "$3" postgres ;;
+	*) /usr/bin/python3 "$kit/login.py" "$1" "$port" "$2" "$3" postgres ;;
+	esac 2>&1 || echo "(exit status $?)"
+}
+tried=''
+for stack in asyncpg psycopg psycopg2 jdbc node; do
+	case $stack in
+	jdbc) command -v java >/dev/null && [ -r "$jar" ] || { echo "$name: no PgJDBC here: jdbc not tried"; continue; } ;;
+	node) [ -f "$node_dir/node_modules/pg/package.json" ] && command -v node >/dev/null ||
+		{ echo "$name: node-postgres not installed yet (tests/pgclients_node.sh installs it): node not tried"; continue; } ;;
+	*) /usr/bin/python3 -c "import $stack" 2>/dev/null || { echo "$name: no python3-$stack in Debian's python3: not tried"; continue; } ;;
+	esac
+	out=$(PGCLIENT_SSLROOTCERT=$data/ca.crt stack_login "$stack" bob bob-pw)
+	[ "$out" = "user bob" ] || fail "$stack over TLS, the right password: $out"
+	out=$(PGCLIENT_SSLROOTCERT=$data/ca.crt stack_login "$stack" bob bob-pwx)
+	case $out in "refused "*) ;; *) fail "$stack over TLS, a wrong password: $out" ;; esac
+	out=$(PGCLIENT_SSLROOTCERT=$data/other.crt stack_login "$stack" bob bob-pw)
+	case $out in "refused "* | *rror*) ;; *) fail "$stack trusting another CA: $out" ;; esac
+	tried="$tried $stack"
+done
+[ -n "$tried" ] || fail "no client stack to try"
+ok "client stacks with verify-full, right and wrong passwords, another CA:$tried"
+
+# 20 MB of rows: records split across reads, bytes OpenSSL holds decrypted
+q="select i, repeat(md5(i::text), 31250) from generate_series(1, 20) i"
+tls_psql '' "$q" | md5sum >"$data/via.md5"
+direct -Atc "$q" postgres | md5sum >"$data/direct.md5"
+cmp -s "$data/via.md5" "$data/direct.md5" || fail "20 MB through TLS differ from direct"
+cat >"$data/one.sql" <<'SQL'
+select 1;
+SQL
+PGUSER=alice PGPASSWORD=alice-pw PGSSLMODE=require pgbench -n -c 8 -j 2 -T 3 -f "$data/one.sql" \
+	-h 127.0.0.1 -p "$port" postgres >"$data/pgbench.log" 2>&1 || { cat "$data/pgbench.log"; fail "pgbench over TLS failed"; }
+grep -q 'number of failed transactions: 0 ' "$data/pgbench.log" || fail "pgbench over TLS: $(cat "$data/pgbench.log")"
+ok "20 MB of rows byte for byte, and pgbench, over TLS on both sides"
+
+# a CancelRequest (libpq sends it in the clear) stops a TLS session's query
+/usr/bin/python3 - "$port" "$data/ca.crt" <<'PY' || fail "the cancel through a TLS session"
+import sys, threading, time, psycopg
+port, ca = int(sys.argv[1]), sys.argv[2]
+c = psycopg.connect(host="127.0.0.1", port=port, user="alice", password="alice-pw", dbname="postgres",
+                    sslmode="verify-full", sslrootcert=ca)
+assert c.pgconn.ssl_in_use
+def later():  # once the query runs (polled, 10 s at most), cancel it
+    w = psycopg.connect(host="127.0.0.1", port=port, user="alice", password="alice-pw", dbname="postgres",
+                        sslmode="verify-full", sslrootcert=ca, autocommit=True)
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        if w.execute("select count(*) from pg_stat_activity where state = 'active'"
+                     " and query = 'select pg_sleep(30)'").fetchone()[0]:
+            c.cancel()
+            return
+        time.sleep(0.05)
+threading.Thread(target=later, daemon=True).start()
+t0 = time.monotonic()
+try:
+    c.execute("select pg_sleep(30)")
+    sys.exit("the query was not cancelled")
+except psycopg.errors.QueryCanceled:
+    print(f"pgproxy_tls: cancelled after {time.monotonic() - t0:.1f} s")
+PY
+ok "a CancelRequest stops a query of a TLS session"
+
+# hostile clients
+/usr/bin/python3 - "$port" <<'PY' || fail "hostile TLS clients"
+import socket, struct, sys, time
+port = int(sys.argv[1])
+ssl_request = struct.pack("!ii", 8, 80877103)
+def conn():
+    return socket.create_connection(("127.0.0.1", port), timeout=10)
+def drain(s):
+    out = b""
+    try:
+        while (d := s.recv(4096)):
+            out += d
+    except (ConnectionResetError, socket.timeout):
+        pass
+    return out
+# bytes in the clear after the SSLRequest, sent with it
+s = conn()
+startup = b"user\0alice\0database\0postgres\0\0"
+s.sendall(ssl_request + struct.pack("!ii", len(startup) + 8, 196608) + startup)
+out = drain(s)
+assert out[:1] == b"E" and b"C08P01" in out and b"unencrypted data after SSL request" in out, out
+# a broken handshake: garbage after 'S'
+s = conn()
+s.sendall(ssl_request)
+assert s.recv(1) == b"S"
+s.sendall(b"\x16\x03\x01\x00\x05garbage" * 10)
+drain(s)
+# quiet after 'S': closed by --client-login-timeout (2 s)
+s = conn()
+s.sendall(ssl_request)
+assert s.recv(1) == b"S"
+t0 = time.monotonic()
+drain(s)
+took = time.monotonic() - t0
+assert took < 8, took
+print(f"pgproxy_tls: hostile: injection refused, garbage closed, quiet closed after {took:.1f} s")
+PY
+[ "$(tls_psql '' 'select 1')" = 1 ] || fail "the proxy does not answer after the hostile clients"
+ok "hostile: bytes in the clear after SSLRequest, a broken handshake, a quiet one"
+
+# towards the server: another CA, and a server that says 'N'
+try_proxy() { # LOGNAME --server-spec: the error a client gets through a second proxy
+	"$proxy" --listen 127.0.0.1:0 --server "$2" --auth-file "$data/users.txt" --admin-users pgproxy \
+		--server-connect-timeout 5s 2>"$data/$1.log" &
+	p2=$!
+	within 10 grep -q 'listening on' "$data/$1.log" || fail "the second proxy did not start"
+	p2port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$data/$1.log")
+	out=$(PGUSER=alice PGPASSWORD=alice-pw PGSSLMODE=disable psql -X -h 127.0.0.1 -p "$p2port" -Atc 'select 1' postgres 2>&1) &&
+		fail "$1: a server connection was made"
+	kill -TERM "$p2"
+	wait "$p2" || true
+	echo "$out"
+}
+out=$(try_proxy otherca "host=127.0.0.1 port=$pgport sslmode=verify-full sslrootcert=$data/other.crt")
+echo "$out" | grep -q "server's certificate is refused" || fail "verify-full with another CA: $out"
+/usr/bin/python3 -c '
+import socket, sys
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(4)
+print(l.getsockname()[1], flush=True)
+while True:
+    c, _ = l.accept()
+    c.recv(8); c.sendall(b"N"); c.close()
+' >"$data/says-n.port" &
+says_n=$!
+within 10 test -s "$data/says-n.port" || fail "the 'N' server did not start"
+out=$(try_proxy saysn "host=127.0.0.1 port=$(cat "$data/says-n.port") sslmode=require")
+kill "$says_n"
+echo "$out" | grep -q 'does not accept TLS' || fail "sslmode=require against 'N': $out"
+ok "towards the server: another CA refused, 'N' refused under sslmode=require"
+
+admin SHUTDOWN >/dev/null
+stop_proxy admin
+ok "clean shutdown"
