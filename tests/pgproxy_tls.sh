@@ -16,6 +16,7 @@
 #   - 20 MB of rows through TLS on both sides, byte for byte as direct;
 #     pgbench over TLS with no failed transaction;
 #   - a CancelRequest stops a query of a TLS session;
+#   - TLS on one side only, either side;
 #   - towards the server: verify-full with another CA refused (the error
 #     says why), sslmode=require against a server that answers 'N' refused;
 #   - hostile clients: bytes in the clear after an SSLRequest (FATAL 08P01),
@@ -49,6 +50,7 @@ CREATE ROLE bob LOGIN PASSWORD 'bob-pw';
 SQL
 cat >"$data/db/pg_hba.conf" <<'HBA'
 local all pgproxy trust
+local all all scram-sha-256
 hostssl all all 127.0.0.1/32 scram-sha-256
 HBA
 as_owner pg_ctl -D "$data/db" reload >/dev/null
@@ -189,20 +191,38 @@ PY
 [ "$(tls_psql '' 'select 1')" = 1 ] || fail "the proxy does not answer after the hostile clients"
 ok "hostile: bytes in the clear after SSLRequest, a broken handshake, a quiet one"
 
-# towards the server: another CA, and a server that says 'N'
-try_proxy() { # LOGNAME --server-spec: the error a client gets through a second proxy
-	"$proxy" --listen 127.0.0.1:0 --server "$2" --auth-file "$data/users.txt" --admin-users pgproxy \
-		--server-connect-timeout 5s 2>"$data/$1.log" &
+# a second proxy: LOGNAME CLIENT-SSLMODE --server-spec [flags]: what alice's
+# `select ssl from pg_stat_ssl` through it prints (or its error), exit
+# status psql's
+try_proxy() {
+	log=$1 mode=$2 spec=$3
+	shift 3
+	"$proxy" --listen 127.0.0.1:0 --server "$spec" --auth-file "$data/users.txt" --admin-users pgproxy \
+		--server-connect-timeout 5s "$@" 2>"$data/$log.log" &
 	p2=$!
-	within 10 grep -q 'listening on' "$data/$1.log" || fail "the second proxy did not start"
-	p2port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$data/$1.log")
-	out=$(PGUSER=alice PGPASSWORD=alice-pw PGSSLMODE=disable psql -X -h 127.0.0.1 -p "$p2port" -Atc 'select 1' postgres 2>&1) &&
-		fail "$1: a server connection was made"
+	within 10 grep -q 'listening on' "$data/$log.log" || fail "the second proxy did not start"
+	p2port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$data/$log.log")
+	st=0
+	PGUSER=alice PGPASSWORD=alice-pw PGSSLMODE=$mode psql -X -h 127.0.0.1 -p "$p2port" \
+		-Atc 'select ssl from pg_stat_ssl where pid = pg_backend_pid()' postgres 2>&1 || st=$?
 	kill -TERM "$p2"
 	wait "$p2" || true
-	echo "$out"
+	return $st
 }
-out=$(try_proxy otherca "host=127.0.0.1 port=$pgport sslmode=verify-full sslrootcert=$data/other.crt")
+
+# TLS on one side only: clients over TLS, the server on its Unix socket;
+# clients in the clear, the server over TLS
+out=$(try_proxy clientonly verify-full "host=$data port=$pgport" --tls-cert "$data/cert.crt" \
+	--tls-key "$data/cert.key") || fail "TLS to clients only: $out"
+[ "$out" = f ] || fail "TLS to clients only: the server side says $out"
+out=$(try_proxy serveronly disable "$server") || fail "TLS to the server only: $out"
+[ "$out" = t ] || fail "TLS to the server only: the server side says $out"
+ok "TLS on one side only, either side"
+
+# towards the server: another CA, and a server that says 'N'
+refused() { ! try_proxy "$@"; }
+out=$(refused otherca disable "host=127.0.0.1 port=$pgport sslmode=verify-full sslrootcert=$data/other.crt") ||
+	fail "verify-full with another CA: a server connection was made"
 echo "$out" | grep -q "server's certificate is refused" || fail "verify-full with another CA: $out"
 /usr/bin/python3 -c '
 import socket, sys
@@ -214,7 +234,8 @@ while True:
 ' >"$data/says-n.port" &
 says_n=$!
 within 10 test -s "$data/says-n.port" || fail "the 'N' server did not start"
-out=$(try_proxy saysn "host=127.0.0.1 port=$(cat "$data/says-n.port") sslmode=require")
+out=$(refused saysn disable "host=127.0.0.1 port=$(cat "$data/says-n.port") sslmode=require") ||
+	fail "sslmode=require against 'N': a server connection was made"
 kill "$says_n"
 echo "$out" | grep -q 'does not accept TLS' || fail "sslmode=require against 'N': $out"
 ok "towards the server: another CA refused, 'N' refused under sslmode=require"
