@@ -17,8 +17,9 @@
 #     pgbench over TLS with no failed transaction;
 #   - a CancelRequest stops a query of a TLS session;
 #   - TLS on one side only, either side;
-#   - towards the server: verify-full with another CA refused (the error
-#     says why), sslmode=require against a server that answers 'N' refused;
+#   - towards the server: verify-full with another CA, or with a
+#     certificate for another host, refused (the error says why),
+#     sslmode=require against a server that answers 'N' refused;
 #   - hostile clients: bytes in the clear after an SSLRequest (FATAL 08P01),
 #     a broken handshake, a client quiet after 'S' (closed by
 #     --client-login-timeout); the proxy lives on.
@@ -38,6 +39,10 @@ mk req $ec -keyout "$data/cert.key" -out "$data/cert.csr" -subj /CN=localhost
 printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' >"$data/san.ext"
 mk x509 -req -in "$data/cert.csr" -CA "$data/ca.crt" -CAkey "$data/ca.key" -CAcreateserial \
 	-out "$data/cert.crt" -days 2 -extfile "$data/san.ext"
+mk req $ec -keyout "$data/elsewhere.key" -out "$data/elsewhere.csr" -subj /CN=elsewhere
+printf 'subjectAltName=DNS:elsewhere\n' >"$data/elsewhere.ext"
+mk x509 -req -in "$data/elsewhere.csr" -CA "$data/ca.crt" -CAkey "$data/ca.key" -CAcreateserial \
+	-out "$data/elsewhere.crt" -days 2 -extfile "$data/elsewhere.ext"
 chmod 600 "$data/cert.key"
 [ "$(id -u)" -ne 0 ] || chown postgres "$data/cert.key" "$data/cert.crt"
 
@@ -238,7 +243,30 @@ out=$(refused saysn disable "host=127.0.0.1 port=$(cat "$data/says-n.port") sslm
 	fail "sslmode=require against 'N': a server connection was made"
 kill "$says_n"
 echo "$out" | grep -q 'does not accept TLS' || fail "sslmode=require against 'N': $out"
-ok "towards the server: another CA refused, 'N' refused under sslmode=require"
+# a server whose certificate chains to the CA but names another host
+/usr/bin/python3 - "$data/elsewhere.crt" "$data/elsewhere.key" >"$data/elsewhere.port" <<'PY' &
+import socket, ssl, sys
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[1], sys.argv[2])
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(4)
+print(l.getsockname()[1], flush=True)
+while True:
+    c, _ = l.accept()
+    try:
+        c.recv(8); c.sendall(b"S")
+        ctx.wrap_socket(c, server_side=True).recv(1)
+    except (OSError, ssl.SSLError):
+        pass
+    c.close()
+PY
+elsewhere=$!
+within 10 test -s "$data/elsewhere.port" || fail "the 'elsewhere' server did not start"
+out=$(refused elsewhere disable "host=127.0.0.1 port=$(cat "$data/elsewhere.port") sslmode=verify-full sslrootcert=$data/ca.crt") ||
+	fail "verify-full with a certificate for another host: a server connection was made"
+kill "$elsewhere"
+echo "$out" | grep -q "server's certificate is refused.*hostname mismatch\|server's certificate is refused.*IP address mismatch" ||
+	fail "verify-full, a certificate for another host: $out"
+ok "towards the server: another CA, another host's certificate, 'N' under sslmode=require: refused"
 
 admin SHUTDOWN >/dev/null
 stop_proxy admin

@@ -14,6 +14,7 @@
  *     tells, and the drivers read again while it does.
  * Writes use partial writes on a moving buffer (the queue may compact
  * between a refused write and its retry). */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -138,9 +139,14 @@ int tls_connect(struct tls *t, int fd, const char *host, bool verify)
 {
 	if (!(t->ssl = SSL_new(server_side)) || SSL_set_fd(t->ssl, fd) != 1)
 		goto fail;
-	if (host[0] != '/' && !SSL_set_tlsext_host_name(t->ssl, host) && ERR_peek_error())
-		ERR_clear_error(); /* an IP address has no SNI */
-	if (verify && !SSL_set1_host(t->ssl, host))
+	unsigned char ip[16];
+	bool literal = inet_pton(AF_INET, host, ip) == 1 || inet_pton(AF_INET6, host, ip) == 1;
+	if (!literal && !SSL_set_tlsext_host_name(t->ssl, host)) /* no SNI for an address (RFC 6066) */
+		goto fail;
+	/* verify-full: the certificate must name the host, as an address
+	 * (an iPAddress entry) or a DNS name */
+	if (verify && !(literal ? X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(t->ssl), host)
+				: SSL_set1_host(t->ssl, host)))
 		goto fail;
 	SSL_set_connect_state(t->ssl);
 	return 0;
