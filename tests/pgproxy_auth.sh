@@ -12,6 +12,7 @@
 #     from a SCRAM secret copied from pg_authid (the ClientKey a client
 #     proved), with MD5 and with a cleartext password; a user whose file
 #     line cannot serve (an md5 secret under SCRAM) is refused and logged;
+#     a server that skips SASLFinal is refused;
 #   - the admin console: --admin-users run everything, --stats-users SHOW
 #     only (42501 for the rest), anyone else is refused at login (28000);
 #   - SIGHUP re-reads the file; a bad or world-readable file keeps the old
@@ -180,6 +181,41 @@ kill -HUP "$proxy_pid"
 within 10 grep -q 'not reloaded.*mode 0644' "$data/proxy.log" || fail "a world-readable file is read on SIGHUP"
 chmod 600 "$users"
 ok "SIGHUP: re-read, a bad file and a world-readable one keep the old table"
+
+# a server that skips SASLFinal (AuthenticationOk right after pgproxy's
+# proof) has not shown it knows the secret: refused
+/usr/bin/python3 - <<'PY' >"$data/skips.port" &
+import socket, struct
+def msg(t, b): return t + struct.pack("!i", len(b) + 4) + b
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(4)
+print(l.getsockname()[1], flush=True)
+while True:
+    c, _ = l.accept()
+    try:
+        c.recv(4096)  # the startup packet
+        c.sendall(msg(b"R", struct.pack("!i", 10) + b"SCRAM-SHA-256\0\0"))
+        first = c.recv(4096)
+        nonce = first.split(b"r=")[1].split(b",")[0].rstrip(b"\0")
+        c.sendall(msg(b"R", struct.pack("!i", 11) + b"r=" + nonce + b"xyz,s=W22ZaJ0SNY7soEsUEjb6gQ==,i=4096"))
+        c.recv(4096)  # the proof
+        c.sendall(msg(b"R", struct.pack("!i", 0)))
+        c.recv(4096)
+    except OSError:
+        pass
+    c.close()
+PY
+skips=$!
+within 10 test -s "$data/skips.port" || fail "the server that skips SASLFinal did not start"
+"$proxy" --listen 127.0.0.1:0 --server "host=127.0.0.1 port=$(cat "$data/skips.port")" --auth-type trust \
+	--auth-file "$users" 2>"$data/skips.log" &
+p2=$!
+within 10 grep -q 'listening on' "$data/skips.log" || fail "the proxy before the skipping server did not start"
+p2port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$data/skips.log")
+out=$(PGUSER=alice psql -X -h 127.0.0.1 -p "$p2port" -Atc 'select 1' postgres 2>&1) && fail "a server that skipped SASLFinal was taken"
+echo "$out" | grep -q 'AuthenticationOk in the middle of SCRAM' || fail "a server that skips SASLFinal: $out"
+kill -TERM "$p2" "$skips"
+wait "$p2" || true
+ok "a server that skips SASLFinal is refused"
 
 for secret in 'al"ice pw' bob-secret-pw carol-pw dave-pw admin-pw frank-pw "$bob_secret" "$erin_secret"; do
 	! grep -qF "$secret" "$data/proxy.log" || fail "a secret is in the log: $secret"

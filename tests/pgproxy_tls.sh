@@ -17,6 +17,8 @@
 #     pgbench over TLS with no failed transaction;
 #   - a CancelRequest stops a query of a TLS session;
 #   - TLS on one side only, either side;
+#   - no busy loop: a client that stops reading while rows trickle in over
+#     TLS, a server silent after its 'S';
 #   - towards the server: verify-full with another CA, or with a
 #     certificate for another host, refused (the error says why),
 #     sslmode=require against a server that answers 'N' refused;
@@ -156,6 +158,28 @@ except psycopg.errors.QueryCanceled:
 PY
 ok "a CancelRequest stops a query of a TLS session"
 
+# no busy loop while TLS waits: a client that stops reading a result
+# that trickles in over TLS from the server (the proxy's bounds stop its
+# reads: the server ends up blocked writing, ClientWrite)
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+idle_cpu() { # PID SECONDS: at most a tenth of one CPU over SECONDS
+	t0=$(cpu_ticks "$1")
+	sleep "$2" # a measuring window, not synchronisation
+	t1=$(cpu_ticks "$1")
+	[ $((t1 - t0)) -le $(($2 * $(getconf CLK_TCK) / 10)) ] || { echo "$((t1 - t0)) ticks in $2 s"; return 1; }
+}
+PGUSER=alice PGPASSWORD=alice-pw psql -X "host=127.0.0.1 port=$port dbname=postgres" -Atc \
+	"select repeat('x', 10000), pg_sleep(0.001) from generate_series(1, 20000)" >/dev/null 2>&1 &
+slow=$!
+alice_waits() { [ "$(direct -Atc "select count(*) from pg_stat_activity where usename = 'alice' and $1" postgres)" = 1 ]; }
+within 20 alice_waits "query like 'select repeat%'" || fail "the slow query did not start"
+kill -STOP "$slow"
+within 20 alice_waits "wait_event = 'ClientWrite'" || fail "the server never waited on the stopped client"
+out=$(idle_cpu "$proxy_pid" 2) || fail "a stopped client over TLS spins the proxy: $out"
+kill -KILL "$slow"
+wait "$slow" 2>/dev/null || true
+ok "a client that stops reading over TLS costs the proxy no CPU"
+
 # hostile clients
 /usr/bin/python3 - "$port" <<'PY' || fail "hostile TLS clients"
 import socket, struct, sys, time
@@ -243,6 +267,33 @@ out=$(refused saysn disable "host=127.0.0.1 port=$(cat "$data/says-n.port") sslm
 	fail "sslmode=require against 'N': a server connection was made"
 kill "$says_n"
 echo "$out" | grep -q 'does not accept TLS' || fail "sslmode=require against 'N': $out"
+# ...and one that says 'S' and then nothing: the handshake waits for it
+# without a busy loop, and --server-connect-timeout ends the attempt
+/usr/bin/python3 -c '
+import socket, sys
+l = socket.socket(); l.bind(("127.0.0.1", 0)); l.listen(4)
+print(l.getsockname()[1], flush=True)
+held = []
+while True:
+    c, _ = l.accept()
+    c.recv(8); c.sendall(b"S"); held.append(c)
+    print("accepted", flush=True)
+' >"$data/says-s.port" &
+says_s=$!
+within 10 test -s "$data/says-s.port" || fail "the silent 'S' server did not start"
+"$proxy" --listen 127.0.0.1:0 --server "host=127.0.0.1 port=$(head -n 1 "$data/says-s.port") sslmode=require" \
+	--auth-type trust --server-connect-timeout 4s 2>"$data/says-s.log" &
+p3=$!
+within 10 grep -q 'listening on' "$data/says-s.log" || fail "the proxy before the silent server did not start"
+p3port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$data/says-s.log")
+PGSSLMODE=disable PGUSER=alice psql -X -h 127.0.0.1 -p "$p3port" -Atc 'select 1' postgres >"$data/says-s.out" 2>&1 &
+silent_client=$!
+within 10 grep -q accepted "$data/says-s.port" || fail "the proxy did not connect to the silent server"
+out=$(idle_cpu "$p3" 2) || fail "a TLS handshake waiting on a silent server spins the proxy: $out"
+wait "$silent_client" && fail "a client got in through a silent server"
+grep -q 'server-connect-timeout' "$data/says-s.out" || fail "the silent server: $(cat "$data/says-s.out")"
+kill -TERM "$p3" "$says_s"
+wait "$p3" || true
 # a server whose certificate chains to the CA but names another host
 /usr/bin/python3 - "$data/elsewhere.crt" "$data/elsewhere.key" >"$data/elsewhere.port" <<'PY' &
 import socket, ssl, sys

@@ -236,6 +236,16 @@ static int load(const char *file, struct table *t, char *err, size_t errlen)
 	return rc;
 }
 
+/* A name's salt for keys pgproxy makes: from a secret made at start (and
+ * inherited by --processes' workers), so stable for the process's life. */
+static void salt_for(const char *user, unsigned char salt[16])
+{
+	unsigned char d[SCRAM_KEY_LEN];
+	unsigned int len = sizeof(d);
+	HMAC(EVP_sha256(), mock_secret, sizeof(mock_secret), (const unsigned char *)user, strlen(user), d, &len);
+	memcpy(salt, d, 16);
+}
+
 static struct entry *find(const struct table *t, const char *user)
 {
 	struct entry key;
@@ -300,8 +310,16 @@ bool authfile_lookup(const char *user, struct auth_entry *out)
 		return false;
 	if (need_keys) {
 		/* a plain password's SCRAM keys, made once (outside the lock:
-		 * 4096 rounds of PBKDF2) and kept if the table is unchanged */
-		if (!scram_keys_new(out->secret, &out->keys)) {
+		 * 4096 rounds of PBKDF2) and kept if the table is unchanged; the
+		 * salt is the one the name would have if unknown, so it is the
+		 * same in every thread and worker and tells a probe nothing */
+		unsigned char ck[SCRAM_KEY_LEN];
+		out->keys.iter = SCRAM_ITER_DEFAULT;
+		out->keys.saltlen = 16;
+		salt_for(user, out->keys.salt);
+		bool made = scram_keys_from_password(out->secret, &out->keys, ck);
+		OPENSSL_cleanse(ck, sizeof(ck));
+		if (!made) {
 			auth_entry_wipe(out);
 			return false;
 		}
@@ -320,14 +338,12 @@ void authfile_mock(const char *user, struct scram_keys *k)
 {
 	/* the same salt for the same unknown name every time, so a probe
 	 * cannot tell it from a real user's */
-	unsigned char d[SCRAM_KEY_LEN];
-	unsigned int len = sizeof(d);
-	HMAC(EVP_sha256(), mock_secret, sizeof(mock_secret), (const unsigned char *)user, strlen(user), d, &len);
 	memset(k, 0, sizeof(*k));
 	k->iter = SCRAM_ITER_DEFAULT;
 	k->saltlen = 16;
-	memcpy(k->salt, d, 16);
-	memcpy(k->stored, d, SCRAM_KEY_LEN); /* matches no proof a client can make */
+	salt_for(user, k->salt);
+	if (RAND_bytes(k->stored, SCRAM_KEY_LEN) != 1) /* matches no proof a client can make */
+		memset(k->stored, 0xff, SCRAM_KEY_LEN);
 }
 
 void authfile_client_key(const char *user, const struct scram_keys *k, const unsigned char ck[SCRAM_KEY_LEN])

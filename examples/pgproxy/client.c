@@ -1682,22 +1682,15 @@ void client_shutdown(struct client *c)
 
 static void update_masks(struct client *c)
 {
-	uint32_t m = EPOLLRDHUP | c->tls.want; /* TLS: what its last call waits for */
-	if (!c->closing && buf_len(&c->in) < in_limit(c) && buf_len(&c->out) < OUT_BOUND)
-		m |= EPOLLIN;
-	if (buf_len(&c->out))
-		m |= EPOLLOUT;
-	watch_set(&c->w, m);
+	bool reading = !c->closing && buf_len(&c->in) < in_limit(c) && buf_len(&c->out) < OUT_BOUND;
+	watch_set(&c->w, EPOLLRDHUP | tls_events(&c->tls, reading, buf_len(&c->out) > 0));
 	struct server *s = c->srv;
 	uint32_t sm = 0;
 	if (s && c->state == C_CONNECTING) {
-		sm = s->state == S_CONNECTING ? EPOLLOUT : EPOLLIN | (buf_len(&s->out) ? EPOLLOUT : 0) | s->tls.want;
+		sm = s->state == S_CONNECTING ? EPOLLOUT : tls_events(&s->tls, true, buf_len(&s->out) > 0);
 	} else if (s && c->state == C_LINKED) {
-		if (buf_len(&c->out) < OUT_BOUND && buf_len(&s->in) < IN_BOUND)
-			sm |= EPOLLIN | EPOLLRDHUP;
-		if (buf_len(&s->out))
-			sm |= EPOLLOUT;
-		sm |= s->tls.want;
+		reading = buf_len(&c->out) < OUT_BOUND && buf_len(&s->in) < IN_BOUND;
+		sm = (reading ? EPOLLRDHUP : 0) | tls_events(&s->tls, reading, buf_len(&s->out) > 0);
 	}
 	watch_set(&c->sw, sm);
 }
@@ -1803,7 +1796,7 @@ void client_event(struct client *c, uint32_t events)
 			return;
 		}
 	} else if ((events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) ||
-		   (c->tls.want == EPOLLOUT && (events & EPOLLOUT))) { /* TLS: a read that waited to write */
+		   (c->tls.read_needs == EPOLLOUT && (events & EPOLLOUT))) { /* TLS: a read that waited to write */
 		int r = buf_len(&c->out) < OUT_BOUND ? sock_read(c->w.fd, &c->tls, &c->in, in_limit(c)) : 0;
 		if (r < 0 || (r == 0 && (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)))) {
 			/* gone: queued, it leaves the queue; in a transaction, the

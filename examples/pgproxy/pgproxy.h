@@ -111,12 +111,13 @@ struct relay {
  * into `to` (NULL or drop: away).  Stops early when `to` holds `bound`. */
 void relay_step(struct relay *rl, struct buf *from, struct buf *to, size_t bound);
 
-/* A connection's TLS (tls.c): ssl NULL for a plain socket.  want: the
- * epoll event the last TLS call waits for (0: none). */
+/* A connection's TLS (tls.c): ssl NULL for a plain socket.  read_needs,
+ * write_needs: the epoll event the last SSL_read, SSL_write waits for (0:
+ * none yet). */
 struct ssl_st;
 struct tls {
 	struct ssl_st *ssl;
-	uint32_t want;
+	uint32_t read_needs, write_needs;
 	bool broken; /* a fatal TLS error: no close_notify */
 };
 
@@ -189,7 +190,6 @@ bool scram_parse_secret(const char *secret, struct scram_keys *k);
 /* Keys for a password with k's salt and iterations; its ClientKey too. */
 bool scram_keys_from_password(const char *password, struct scram_keys *k,
 			      unsigned char client_key[SCRAM_KEY_LEN]);
-bool scram_keys_new(const char *password, struct scram_keys *k); /* a random salt */
 
 /* pgproxy checking a client: first its client-first-message (the answer,
  * server-first, goes to out), then its client-final-message (out: the
@@ -258,6 +258,9 @@ int tls_connect(struct tls *t, int fd, const char *host, bool verify); /* after 
 void tls_end(struct tls *t);                       /* close_notify if it can, and free */
 bool tls_pending(const struct tls *t);             /* decrypted bytes epoll cannot see */
 bool tls_handshaking(const struct tls *t);         /* begun, not finished */
+/* The epoll events to watch for a connection that wants to read and/or
+ * write: EPOLLIN and EPOLLOUT for a plain one, or what TLS waits for. */
+uint32_t tls_events(const struct tls *t, bool reading, bool writing);
 int tls_read(struct tls *t, struct buf *b, size_t limit);
 int tls_write(struct tls *t, struct buf *b);
 const char *tls_verify_error(const struct tls *t); /* why the peer's certificate failed, or NULL */

@@ -97,18 +97,6 @@ bool scram_keys_from_password(const char *password, struct scram_keys *k, unsign
 	return true;
 }
 
-bool scram_keys_new(const char *password, struct scram_keys *k)
-{
-	unsigned char ck[SCRAM_KEY_LEN];
-	k->iter = SCRAM_ITER_DEFAULT;
-	k->saltlen = 16;
-	if (RAND_bytes(k->salt, (int)k->saltlen) != 1)
-		return false;
-	bool ok = scram_keys_from_password(password, k, ck);
-	OPENSSL_cleanse(ck, sizeof(ck));
-	return ok;
-}
-
 /* "SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>", as
  * PostgreSQL stores it in pg_authid and pgbouncer reads it. */
 bool scram_parse_secret(const char *s, struct scram_keys *k)

@@ -594,6 +594,13 @@ static bool server_auth(struct client *c, const char *body, size_t blen)
 	const char *user = s->up->user;
 	uint32_t method = blen >= 4 ? get32(body) : 99;
 	const char *data = body + 4, *end = body + blen;
+	if (method == 0 && (s->scram.step == 1 || s->scram.step == 2)) {
+		/* a server that skips SASLFinal has not shown it knows the secret */
+		fprintf(stderr, "pgproxy: cannot log in to the server as \"%s\": it said AuthenticationOk before "
+				"proving its SCRAM signature\n", user);
+		client_server_failed_msg(c, "08P01", "pgproxy: the server said AuthenticationOk in the middle of SCRAM");
+		return false;
+	}
 	if (method == 0) /* AuthenticationOk */
 		return true;
 	struct auth_entry e;
@@ -794,7 +801,7 @@ void server_startup_io(struct client *c)
 		pthread_mutex_unlock(&u->pool->mu);
 		buf_free(&s->params);
 		client_server_ready(c);
-	} else if (broken && tls_verify_error(&s->tls)) {
+	} else if (broken && P.cfg.server_sslmode == SSL_VERIFY_FULL && tls_verify_error(&s->tls)) {
 		client_server_failed_msg(c, "08006", "pgproxy: the server's certificate is refused (sslmode=verify-full): %s",
 					 tls_verify_error(&s->tls));
 	} else if (broken && s->tls.ssl) {

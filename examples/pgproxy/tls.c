@@ -8,8 +8,12 @@
  * SSL_set_connect_state), so the rest of pgproxy never sees it.  Two
  * things differ from a plain socket, and both are kept here:
  *   - a TLS call may need the other direction (a read that must write a
- *     handshake or ticket message, a write that must read): `want` says
- *     which epoll event the last call waits for, and the drivers watch it;
+ *     handshake flight, a write that must wait for the peer's handshake):
+ *     read_needs and write_needs say what the last call of each direction
+ *     waits for, and tls_events turns "it wants to read / to write" into
+ *     the epoll events to watch, so a write blocked on a read watches
+ *     EPOLLIN, not an always-ready EPOLLOUT (which would spin the loop),
+ *     and a direction the bounds have stopped watches nothing;
  *   - OpenSSL may hold decrypted bytes that epoll cannot see: tls_pending
  *     tells, and the drivers read again while it does.
  * Writes use partial writes on a moving buffer (the queue may compact
@@ -95,6 +99,7 @@ int tls_setup_server(const char *sslmode, const char *rootcert, char *err, size_
 		return -1;
 	}
 	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
 	if (!strcmp(sslmode, "verify-full")) {
 		if (!rootcert[0] ? SSL_CTX_set_default_verify_paths(ctx) != 1
 				 : SSL_CTX_load_verify_locations(ctx, rootcert, NULL) != 1) {
@@ -165,7 +170,7 @@ void tls_end(struct tls *t)
 	SSL_free(t->ssl);
 	ERR_clear_error();
 	t->ssl = NULL;
-	t->want = 0;
+	t->read_needs = t->write_needs = 0;
 	t->broken = false;
 }
 
@@ -173,15 +178,26 @@ bool tls_pending(const struct tls *t) { return t->ssl && SSL_pending(t->ssl) > 0
 
 bool tls_handshaking(const struct tls *t) { return t->ssl && !SSL_is_init_finished(t->ssl); }
 
-/* What an SSL call's failure means: 0 try again on `want`, -1 broken. */
-static int tls_retry(struct tls *t, int r)
+uint32_t tls_events(const struct tls *t, bool reading, bool writing)
+{
+	uint32_t ev = 0;
+	if (reading)
+		ev |= t->read_needs == EPOLLOUT ? EPOLLOUT : EPOLLIN;
+	if (writing)
+		ev |= t->write_needs == EPOLLIN ? EPOLLIN : EPOLLOUT;
+	return ev;
+}
+
+/* What an SSL call's failure means: 0 try again when *needs says, -1
+ * broken. */
+static int tls_retry(struct tls *t, int r, uint32_t *needs)
 {
 	switch (SSL_get_error(t->ssl, r)) {
 	case SSL_ERROR_WANT_READ:
-		t->want = EPOLLIN;
+		*needs = EPOLLIN;
 		return 0;
 	case SSL_ERROR_WANT_WRITE:
-		t->want = EPOLLOUT;
+		*needs = EPOLLOUT;
 		return 0;
 	default: /* closed, refused handshake, bad record: the connection is done */
 		t->broken = true;
@@ -192,7 +208,7 @@ static int tls_retry(struct tls *t, int r)
 int tls_read(struct tls *t, struct buf *b, size_t limit)
 {
 	int got = 0;
-	t->want = 0;
+	t->read_needs = 0;
 	while (buf_len(b) < limit) {
 		size_t want = limit - buf_len(b) < READ_CHUNK ? limit - buf_len(b) : READ_CHUNK;
 		if (!buf_reserve(b, want))
@@ -203,7 +219,7 @@ int tls_read(struct tls *t, struct buf *b, size_t limit)
 			b->w += (size_t)n;
 			b->moved += (size_t)n;
 			got = 1;
-		} else if (tls_retry(t, n) == 0) {
+		} else if (tls_retry(t, n, &t->read_needs) == 0) {
 			break;
 		} else {
 			return got ? 1 : -1; /* what came before the end is handled first */
@@ -214,14 +230,16 @@ int tls_read(struct tls *t, struct buf *b, size_t limit)
 
 int tls_write(struct tls *t, struct buf *b)
 {
-	t->want = 0;
+	if (!buf_len(b))
+		return 0; /* no call: what the last one waited for still stands */
+	t->write_needs = 0;
 	while (buf_len(b)) {
 		size_t len = buf_len(b) > (1u << 30) ? 1u << 30 : buf_len(b);
 		ERR_clear_error();
 		int n = SSL_write(t->ssl, buf_data(b), (int)len);
 		if (n > 0)
 			buf_consume(b, (size_t)n);
-		else if (tls_retry(t, n) == 0)
+		else if (tls_retry(t, n, &t->write_needs) == 0)
 			break;
 		else
 			return -1;
