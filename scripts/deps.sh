@@ -10,7 +10,7 @@ packages=(build-essential autoconf automake libtool pkg-config
 	  libpq-dev postgresql man-db libuv1-dev pgbouncer
 	  default-jdk-headless libpostgresql-jdbc-java
 	  python3-asyncpg python3-psycopg python3-psycopg2 nodejs
-	  libcurl4-openssl-dev libjson-c-dev etcd-server etcd-client libssl-dev)
+	  libcurl4-openssl-dev libjson-c-dev etcd-server etcd-client libssl-dev openssl)
 # libturnstile-fleet's libcurl and json-c, and the etcd its tests run (a
 # 3-node cluster on loopback, tests/etcdlib.sh)
 # tests/pgclients.sh's client stacks above; node-postgres itself comes from
