@@ -91,6 +91,33 @@ stop_proxy() {
 	grep -q 'pgproxy: shut down' "$data/proxy.log" || fail "no clean shutdown in the log"
 }
 
+# The client stacks of tests/pgclients, one login each through the proxy
+# at $port (tests/pgclients/login.py, Login.java, login.js):
+# stack_login STACK USER PASSWORD prints "user NAME" or "refused ...";
+# login_stacks prints the stacks this machine has (and says which not).
+kit=$(cd "$(dirname "$0")" && pwd)/pgclients
+jar=/usr/share/java/postgresql.jar
+node_dir=${PGCLIENTS_NODE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/libturnstile/pgclients-node}
+stack_login() {
+	case $1 in
+	jdbc) java -cp "$jar" "$kit/Login.java" "$port" "$2" "$3" postgres ;;
+	node) NODE_PATH=$node_dir/node_modules node "$kit/login.js" "$port" "$2" "$3" postgres ;;
+	*) /usr/bin/python3 "$kit/login.py" "$1" "$port" "$2" "$3" postgres ;;
+	esac 2>&1 || echo "(exit status $?)"
+}
+login_stacks() {
+	for stack in asyncpg psycopg psycopg2 jdbc node; do
+		case $stack in
+		jdbc) command -v java >/dev/null && [ -r "$jar" ] || { echo "$name: no PgJDBC here: jdbc not tried" >&2; continue; } ;;
+		node) [ -f "$node_dir/node_modules/pg/package.json" ] && command -v node >/dev/null ||
+			{ echo "$name: node-postgres not installed yet (tests/pgclients_node.sh installs it): node not tried" >&2; continue; } ;;
+		*) /usr/bin/python3 -c "import $stack" 2>/dev/null ||
+			{ echo "$name: no python3-$stack in Debian's python3: not tried" >&2; continue; } ;;
+		esac
+		echo "$stack"
+	done
+}
+
 # create_sampler: sample_start, then sample_max sets max to the most server
 # connections the proxy had at once in between (tests/max_server_conns.sql).
 create_sampler() { direct -q -f "$(dirname "$0")/max_server_conns.sql" postgres; }

@@ -118,24 +118,8 @@ ok "pgbench -C: 100 SCRAM logins, every transaction done"
 
 # the client stacks people use, right and wrong passwords (SQLSTATE where
 # the driver tells it: psycopg's come from libpq, which keeps only the text)
-kit=$(dirname "$0")/pgclients
-jar=/usr/share/java/postgresql.jar
-node_dir=${PGCLIENTS_NODE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/libturnstile/pgclients-node}
-stack_login() { # STACK USER PASSWORD
-	case $1 in
-	jdbc) java -cp "$jar" "$kit/Login.java" "$port" "$2" "$3" postgres ;;
-	node) NODE_PATH=$node_dir/node_modules node "$kit/login.js" "$port" "$2" "$3" postgres ;;
-	*) /usr/bin/python3 "$kit/login.py" "$1" "$port" "$2" "$3" postgres ;;
-	esac 2>&1 || echo "(exit status $?)"
-}
 tried=''
-for stack in asyncpg psycopg psycopg2 jdbc node; do
-	case $stack in
-	jdbc) command -v java >/dev/null && [ -r "$jar" ] || { echo "$name: no PgJDBC here: jdbc not tried"; continue; } ;;
-	node) [ -f "$node_dir/node_modules/pg/package.json" ] && command -v node >/dev/null ||
-		{ echo "$name: node-postgres not installed yet (tests/pgclients_node.sh installs it): node not tried"; continue; } ;;
-	*) /usr/bin/python3 -c "import $stack" 2>/dev/null || { echo "$name: no python3-$stack in Debian's python3: not tried"; continue; } ;;
-	esac
+for stack in $(login_stacks); do
 	for u in "alice:al\"ice pw" "bob:bob-secret-pw"; do
 		out=$(stack_login "$stack" "${u%%:*}" "${u#*:}")
 		[ "$out" = "user ${u%%:*}" ] || fail "$stack: ${u%%:*} with the right password: $out"

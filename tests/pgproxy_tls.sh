@@ -89,24 +89,8 @@ out=$(tls_psql 'sslmode=disable' 'select 1' 2>&1) && fail "--tls-require let a c
 echo "$out" | grep -q 'TLS is required' || fail "in the clear: $out"
 ok "a client trusting another CA, or in the clear, is refused"
 
-kit=$(dirname "$0")/pgclients
-jar=/usr/share/java/postgresql.jar
-node_dir=${PGCLIENTS_NODE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/libturnstile/pgclients-node}
-stack_login() { # STACK USER PASSWORD
-	case $1 in
-	jdbc) java -cp "$jar" "$kit/Login.java" "$port" "$2" "$3" postgres ;;
-	node) NODE_PATH=$node_dir/node_modules node "$kit/login.js" "$port" "$2" "$3" postgres ;;
-	*) /usr/bin/python3 "$kit/login.py" "$1" "$port" "$2" "$3" postgres ;;
-	esac 2>&1 || echo "(exit status $?)"
-}
 tried=''
-for stack in asyncpg psycopg psycopg2 jdbc node; do
-	case $stack in
-	jdbc) command -v java >/dev/null && [ -r "$jar" ] || { echo "$name: no PgJDBC here: jdbc not tried"; continue; } ;;
-	node) [ -f "$node_dir/node_modules/pg/package.json" ] && command -v node >/dev/null ||
-		{ echo "$name: node-postgres not installed yet (tests/pgclients_node.sh installs it): node not tried"; continue; } ;;
-	*) /usr/bin/python3 -c "import $stack" 2>/dev/null || { echo "$name: no python3-$stack in Debian's python3: not tried"; continue; } ;;
-	esac
+for stack in $(login_stacks); do
 	out=$(PGCLIENT_SSLROOTCERT=$data/ca.crt stack_login "$stack" bob bob-pw)
 	[ "$out" = "user bob" ] || fail "$stack over TLS, the right password: $out"
 	out=$(PGCLIENT_SSLROOTCERT=$data/ca.crt stack_login "$stack" bob bob-pwx)

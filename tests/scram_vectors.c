@@ -42,12 +42,19 @@ static struct scram_keys rfc_keys(void)
 	return k;
 }
 
-/* pgproxy as the client of the RFC's server (its nonce fixed) */
-static void client_role(void)
+/* pgproxy's client past its first message, with the RFC's nonce */
+static struct scram_client rfc_client(void)
 {
 	struct scram_client s = { .step = 1 };
 	strcpy(s.nonce, rfc_client_nonce);
 	strcpy(s.bare, rfc_bare);
+	return s;
+}
+
+/* pgproxy as the client of the RFC's server (its nonce fixed) */
+static void client_role(void)
+{
+	struct scram_client s = rfc_client();
 	struct scram_creds cr = { .password = "pencil" };
 	char out[512];
 	const char *why;
@@ -56,42 +63,32 @@ static void client_role(void)
 	CHECK(scram_client_check(&s, rfc_server_final, strlen(rfc_server_final), &why) == 0);
 
 	/* the same from the secret and the ClientKey a client proved */
-	struct scram_client t = { .step = 1 };
-	strcpy(t.nonce, rfc_client_nonce);
-	strcpy(t.bare, rfc_bare);
+	struct scram_client t = rfc_client();
 	struct scram_creds kc = { .have_keys = true, .keys = rfc_keys() };
 	CHECK(scram_keys_from_password("pencil", &kc.keys, kc.client_key));
 	n = scram_client_final(&t, rfc_server_first, strlen(rfc_server_first), &kc, out, sizeof(out), &why);
 	CHECK(n > 0 && !strcmp(out, rfc_client_final));
 	/* ...but not for a server whose salt is another */
-	struct scram_client u = { .step = 1 };
-	strcpy(u.nonce, rfc_client_nonce);
-	strcpy(u.bare, rfc_bare);
+	struct scram_client u = rfc_client();
 	static const char other_salt[] =
 		"r=rOprNGfwEbeRWgbNEkqO%hvYDpWUa2RaTCAfuxFIlj)hNlF$k0,s=X22ZaJ0SNY7soEsUEjb6gQ==,i=4096";
 	CHECK(scram_client_final(&u, other_salt, strlen(other_salt), &kc, out, sizeof(out), &why) ==
 	      SCRAM_MISMATCH);
 	/* with the password too, keys that do not fit are derived again
 	 * (and handed back); keys that fit are used as they are */
-	struct scram_client u2 = { .step = 1 };
-	strcpy(u2.nonce, rfc_client_nonce);
-	strcpy(u2.bare, rfc_bare);
+	struct scram_client u2 = rfc_client();
 	struct scram_creds both = kc;
 	both.password = "pencil";
 	CHECK(scram_client_final(&u2, other_salt, strlen(other_salt), &both, out, sizeof(out), &why) > 0);
 	CHECK(both.derived && both.keys.salt[0] != kc.keys.salt[0]);
-	struct scram_client u3 = { .step = 1 };
-	strcpy(u3.nonce, rfc_client_nonce);
-	strcpy(u3.bare, rfc_bare);
+	struct scram_client u3 = rfc_client();
 	struct scram_creds fit = kc;
 	fit.password = "not the password";
 	CHECK(scram_client_final(&u3, rfc_server_first, strlen(rfc_server_first), &fit, out, sizeof(out), &why) > 0);
 	CHECK(!fit.derived && !strcmp(out, rfc_client_final));
 
 	/* a forged server signature, a server error, messages out of order */
-	struct scram_client v = { .step = 1 };
-	strcpy(v.nonce, rfc_client_nonce);
-	strcpy(v.bare, rfc_bare);
+	struct scram_client v = rfc_client();
 	CHECK(scram_client_final(&v, rfc_server_first, strlen(rfc_server_first), &cr, out, sizeof(out), &why) > 0);
 	static const char forged[] = "v=7rriTRBi23WpRR/wtup+mMhUZUn/dB5nLTJRsjl95G4=";
 	CHECK(scram_client_check(&v, forged, strlen(forged), &why) == SCRAM_FAIL);
@@ -113,9 +110,7 @@ static void client_role(void)
 		"",
 	};
 	for (size_t i = 0; i < sizeof(bad_first) / sizeof(bad_first[0]); i++) {
-		struct scram_client x = { .step = 1 };
-		strcpy(x.nonce, rfc_client_nonce);
-		strcpy(x.bare, rfc_bare);
+		struct scram_client x = rfc_client();
 		int r = scram_client_final(&x, bad_first[i], strlen(bad_first[i]), &cr, out, sizeof(out), &why);
 		if (r != SCRAM_BAD)
 			fprintf(stderr, "  accepted server-first \"%s\"\n", bad_first[i]);

@@ -40,6 +40,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <turnstile.h>
@@ -256,11 +257,25 @@ const unsigned char *tls_end_point(size_t *n);     /* our certificate's hash, fo
 int tls_accept(struct tls *t, int fd);             /* after answering 'S' */
 int tls_connect(struct tls *t, int fd, const char *host, bool verify); /* after the server's 'S' */
 void tls_end(struct tls *t);                       /* close_notify if it can, and free */
-bool tls_pending(const struct tls *t);             /* decrypted bytes epoll cannot see */
-bool tls_handshaking(const struct tls *t);         /* begun, not finished */
+/* Inline, as every pass of a client's driver asks them, and a plain
+ * connection must not pay a call into tls.c for its "no". */
+bool tls_ssl_pending(const struct tls *t);
+bool tls_ssl_handshaking(const struct tls *t);
+/* decrypted bytes epoll cannot see */
+static inline bool tls_pending(const struct tls *t) { return t->ssl && tls_ssl_pending(t); }
+/* begun, not finished */
+static inline bool tls_handshaking(const struct tls *t) { return t->ssl && tls_ssl_handshaking(t); }
 /* The epoll events to watch for a connection that wants to read and/or
  * write: EPOLLIN and EPOLLOUT for a plain one, or what TLS waits for. */
-uint32_t tls_events(const struct tls *t, bool reading, bool writing);
+static inline uint32_t tls_events(const struct tls *t, bool reading, bool writing)
+{
+	uint32_t ev = 0;
+	if (reading)
+		ev |= t->read_needs == EPOLLOUT ? EPOLLOUT : EPOLLIN;
+	if (writing)
+		ev |= t->write_needs == EPOLLIN ? EPOLLIN : EPOLLOUT;
+	return ev;
+}
 int tls_read(struct tls *t, struct buf *b, size_t limit);
 int tls_write(struct tls *t, struct buf *b);
 const char *tls_verify_error(const struct tls *t); /* why the peer's certificate failed, or NULL */

@@ -59,47 +59,52 @@ static bool end_point_hash(X509 *cert)
 	return md && X509_digest(cert, md, cert_hash, &cert_hash_len);
 }
 
-int tls_setup_clients(const char *cert, const char *key, char *err, size_t errlen)
+/* A context either side starts from: TLS 1.2 or later, partial writes on
+ * a moving buffer, no renegotiation. */
+static SSL_CTX *new_ctx(const SSL_METHOD *method, char *err, size_t errlen)
 {
-	SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+	SSL_CTX *ctx = SSL_CTX_new(method);
 	if (!ctx || !SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION)) {
 		snprintf(err, errlen, "cannot make a TLS context: %s", ssl_error());
 		SSL_CTX_free(ctx);
-		return -1;
+		return NULL;
 	}
+	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
+	return ctx;
+}
+
+int tls_setup_clients(const char *cert, const char *key, char *err, size_t errlen)
+{
+	SSL_CTX *ctx = new_ctx(TLS_server_method(), err, errlen);
+	if (!ctx)
+		return -1;
 	if (SSL_CTX_use_certificate_chain_file(ctx, cert) != 1) {
 		snprintf(err, errlen, "--tls-cert %s: %s", cert, ssl_error());
-		SSL_CTX_free(ctx);
-		return -1;
+		goto fail;
 	}
 	if (SSL_CTX_use_PrivateKey_file(ctx, key, SSL_FILETYPE_PEM) != 1 || SSL_CTX_check_private_key(ctx) != 1) {
 		snprintf(err, errlen, "--tls-key %s: %s", key, ssl_error());
-		SSL_CTX_free(ctx);
-		return -1;
+		goto fail;
 	}
 	if (!end_point_hash(SSL_CTX_get0_certificate(ctx))) {
 		snprintf(err, errlen, "--tls-cert %s: no digest for its signature algorithm", cert);
-		SSL_CTX_free(ctx);
-		return -1;
+		goto fail;
 	}
-	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
 	SSL_CTX_set_num_tickets(ctx, 0); /* nothing to resume: no ticket to write after the handshake */
-	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
 	client_side = ctx;
 	return 0;
+fail:
+	SSL_CTX_free(ctx);
+	return -1;
 }
 
 int tls_setup_server(const char *sslmode, const char *rootcert, char *err, size_t errlen)
 {
-	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-	if (!ctx || !SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION)) {
-		snprintf(err, errlen, "cannot make a TLS context: %s", ssl_error());
-		SSL_CTX_free(ctx);
+	SSL_CTX *ctx = new_ctx(TLS_client_method(), err, errlen);
+	if (!ctx)
 		return -1;
-	}
-	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
 	if (!strcmp(sslmode, "verify-full")) {
 		if (!rootcert[0] ? SSL_CTX_set_default_verify_paths(ctx) != 1
 				 : SSL_CTX_load_verify_locations(ctx, rootcert, NULL) != 1) {
@@ -174,19 +179,9 @@ void tls_end(struct tls *t)
 	t->broken = false;
 }
 
-bool tls_pending(const struct tls *t) { return t->ssl && SSL_pending(t->ssl) > 0; }
+bool tls_ssl_pending(const struct tls *t) { return SSL_pending(t->ssl) > 0; }
 
-bool tls_handshaking(const struct tls *t) { return t->ssl && !SSL_is_init_finished(t->ssl); }
-
-uint32_t tls_events(const struct tls *t, bool reading, bool writing)
-{
-	uint32_t ev = 0;
-	if (reading)
-		ev |= t->read_needs == EPOLLOUT ? EPOLLOUT : EPOLLIN;
-	if (writing)
-		ev |= t->write_needs == EPOLLIN ? EPOLLIN : EPOLLOUT;
-	return ev;
-}
+bool tls_ssl_handshaking(const struct tls *t) { return !SSL_is_init_finished(t->ssl); }
 
 /* What an SSL call's failure means: 0 try again when *needs says, -1
  * broken. */
