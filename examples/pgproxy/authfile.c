@@ -297,13 +297,13 @@ void authfile_reload(void)
 	fprintf(stderr, "pgproxy: SIGHUP: the auth file is reloaded: %zu users\n", t.n);
 }
 
-bool authfile_lookup(const char *user, struct auth_entry *out)
+bool authfile_lookup(const char *user, struct auth_entry *out, bool verify_keys)
 {
 	pthread_mutex_lock(&mu);
 	const struct entry *e = find(&cur, user);
 	if (e)
 		*out = e->a;
-	bool need_keys = e && e->a.kind == SECRET_PLAIN && !e->keys_made;
+	bool need_keys = verify_keys && e && e->a.kind == SECRET_PLAIN && !e->keys_made;
 	uint64_t gen = cur.gen;
 	pthread_mutex_unlock(&mu);
 	if (!e)

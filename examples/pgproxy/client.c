@@ -217,7 +217,7 @@ static void auth_begin(struct client *c)
 {
 	struct auth_entry e;
 	struct scram_keys k;
-	bool known = authfile_lookup(c->user, &e);
+	bool known = authfile_lookup(c->user, &e, true);
 	if (known && e.kind == SECRET_MD5) {
 		fprintf(stderr, "pgproxy: user \"%s\" has an MD5 secret in the auth file, which cannot check a "
 				"SCRAM login: give its password or SCRAM-SHA-256 secret\n", c->user);

@@ -299,7 +299,9 @@ int authfile_open(const char *file, char *err, size_t errlen); /* 0, or -1 and w
 void authfile_reload(void);   /* SIGHUP: a bad file keeps the old table (logged) */
 void authfile_close(void);
 size_t authfile_users(void);
-bool authfile_lookup(const char *user, struct auth_entry *out); /* false: not in the file */
+/* false: not in the file.  verify_keys: a plain password's keys for
+ * checking a client are wanted (made at the first such lookup). */
+bool authfile_lookup(const char *user, struct auth_entry *out, bool verify_keys);
 void authfile_mock(const char *user, struct scram_keys *k);     /* an unknown user's keys */
 /* A client proved ck against k: kept for the server's SCRAM of that user. */
 void authfile_client_key(const char *user, const struct scram_keys *k,

@@ -555,7 +555,7 @@ static bool server_ssl_answer(struct client *c)
  * or nothing at all: trust). */
 static bool server_secret(const char *user, struct auth_entry *e)
 {
-	if (P.cfg.auth_file[0] && authfile_lookup(user, e))
+	if (P.cfg.auth_file[0] && authfile_lookup(user, e, false))
 		return true;
 	memset(e, 0, sizeof(*e));
 	snprintf(e->secret, sizeof(e->secret), "%s", P.cfg.server_password);

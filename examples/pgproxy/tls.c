@@ -17,7 +17,10 @@
  *   - OpenSSL may hold decrypted bytes that epoll cannot see: tls_pending
  *     tells, and the drivers read again while it does.
  * Writes use partial writes on a moving buffer (the queue may compact
- * between a refused write and its retry). */
+ * between a refused write and its retry).  A struct tls belongs to its
+ * connection, so only that connection's loop thread touches it; the two
+ * contexts are made at start, before any thread or worker, and only read
+ * after. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdio.h>

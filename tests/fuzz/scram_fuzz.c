@@ -85,8 +85,8 @@ static void auth_file(const uint8_t *d, size_t n)
 	if (authfile_open(path, err, sizeof(err)) == 0) {
 		struct auth_entry e;
 		/* every user the file might name, and one it does not */
-		(void)authfile_lookup("fuzz", &e);
-		(void)authfile_lookup("", &e);
+		(void)authfile_lookup("fuzz", &e, true);
+		(void)authfile_lookup("", &e, false);
 		authfile_close();
 	} else if (!err[0] || strlen(err) >= sizeof(err)) {
 		FINDING("a refused file says nothing");
