@@ -18,6 +18,11 @@ host = "127.0.0.1"
 sslmode = "verify-full" if ca else "disable"
 
 
+def name(v):
+    """current_user as text: psycopg 3 hands bytes over an SQL_ASCII database"""
+    return v.decode() if isinstance(v, bytes) else v
+
+
 def report(sqlstate, e):
     print(f"refused {sqlstate or 'none'}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}")
 
@@ -33,7 +38,7 @@ if stack == "asyncpg":
                                       timeout=10)
         except asyncpg.PostgresError as e:
             return report(e.sqlstate, e)
-        print("user", await c.fetchval("select current_user"))
+        print("user", name(await c.fetchval("select current_user")))
         await c.close()
     asyncio.run(main())
 elif stack == "psycopg":
@@ -41,7 +46,7 @@ elif stack == "psycopg":
     try:
         with psycopg.connect(host=host, port=port, user=user, password=password, dbname=db,
                              sslmode=sslmode, sslrootcert=ca, connect_timeout=10) as c:
-            print("user", c.execute("select current_user").fetchone()[0])
+            print("user", name(c.execute("select current_user").fetchone()[0]))
     except psycopg.OperationalError as e:
         report(e.sqlstate, e)
 elif stack == "psycopg2":
@@ -51,7 +56,7 @@ elif stack == "psycopg2":
                              sslmode=sslmode, sslrootcert=ca, connect_timeout=10)
         cur = c.cursor()
         cur.execute("select current_user")
-        print("user", cur.fetchone()[0])
+        print("user", name(cur.fetchone()[0]))
         c.close()
     except psycopg2.OperationalError as e:
         report(e.pgcode, e)
