@@ -1752,7 +1752,7 @@ static void client_drive(struct client *c)
 			return;
 		}
 		struct mark before = mark_of(c);
-		if (!c->closing && !tls_read_pending(c))
+		if (!c->closing && (c->tls.ssl || (c->srv && c->srv->tls.ssl)) && !tls_read_pending(c))
 			return;
 		if (!c->closing) {
 			if (c->state == C_STARTUP)

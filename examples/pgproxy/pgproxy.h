@@ -126,8 +126,13 @@ struct tls {
  * something, 0 nothing, -1 end of stream or error.  Through t's TLS when
  * it has one (t may be NULL). */
 int sock_read(int fd, struct tls *t, struct buf *b, size_t limit);
-/* Writes what the socket takes: 0, or -1 on a broken socket. */
-int sock_write(int fd, struct tls *t, struct buf *b);
+/* Writes what the socket takes: 0, or -1 on a broken socket.  Inline,
+ * as the driver asks on every pass and mostly has nothing to send. */
+int sock_send(int fd, struct tls *t, struct buf *b);
+static inline int sock_write(int fd, struct tls *t, struct buf *b)
+{
+	return buf_len(b) ? sock_send(fd, t, b) : 0;
+}
 #define READ_CHUNK (16 * 1024)
 
 /* ---------------------------------------------------------------- pkt.c */
@@ -269,6 +274,8 @@ static inline bool tls_handshaking(const struct tls *t) { return t->ssl && tls_s
  * write: EPOLLIN and EPOLLOUT for a plain one, or what TLS waits for. */
 static inline uint32_t tls_events(const struct tls *t, bool reading, bool writing)
 {
+	if (!t->ssl)
+		return (reading ? EPOLLIN : 0) | (writing ? EPOLLOUT : 0);
 	uint32_t ev = 0;
 	if (reading)
 		ev |= t->read_needs == EPOLLOUT ? EPOLLOUT : EPOLLIN;

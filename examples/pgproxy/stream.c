@@ -157,7 +157,7 @@ int sock_read(int fd, struct tls *t, struct buf *b, size_t limit)
 	return got;
 }
 
-int sock_write(int fd, struct tls *t, struct buf *b)
+int sock_send(int fd, struct tls *t, struct buf *b)
 {
 	if (t && t->ssl)
 		return tls_write(t, b);
