@@ -77,7 +77,7 @@ st=0
 ok "no start without an auth choice, nor on a world-readable file"
 
 start_proxy --auth-file "$users" --auth-type scram-sha-256 --admin-users pgproxy --stats-users bob --threads 2 --max-prepared 100 \
-	--client-login-timeout 2s
+	--client-login-timeout 5s
 as_user() { # USER PASSWORD psql-args...
 	u=$1 pw=$2
 	shift 2
@@ -135,7 +135,7 @@ done
 [ -n "$tried" ] || fail "no client stack to try"
 ok "client stacks, right and wrong passwords:$tried"
 
-python3 "$(dirname "$0")/pgproxy_auth.py" "$port" alice 'al"ice pw' 2 || fail "the SASL exchange byte by byte"
+python3 "$(dirname "$0")/pgproxy_auth.py" "$port" alice 'al"ice pw' 5 || fail "the SASL exchange byte by byte"
 
 # the admin console
 as_user pgproxy admin-pw -Atc 'SHOW POOLS' pgproxy >/dev/null || fail "the admin cannot SHOW"
