@@ -35,6 +35,9 @@ cleanup() {
 trap cleanup EXIT
 export PGUSER=bench
 unset PGHOST PGPORT PGDATABASE PGAPPNAME PGOPTIONS
+# in the clear unless a row asks for TLS: libpq's default (prefer) would take
+# the TLS both proxies offer
+export PGSSLMODE=disable
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 within() { # SECONDS CMD...: until CMD succeeds, or fail
