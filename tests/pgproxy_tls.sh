@@ -17,6 +17,8 @@
 #     pgbench over TLS with no failed transaction;
 #   - a CancelRequest stops a query of a TLS session;
 #   - TLS on one side only, either side;
+#   - a certificate flight of some 50 KB to a client with a small window
+#     (1460-byte MSS, 4 KiB buffer): the handshake completes at once;
 #   - no busy loop: a client that stops reading while rows trickle in over
 #     TLS, a server silent after its 'S';
 #   - towards the server: verify-full with another CA, or with a
@@ -231,6 +233,48 @@ out=$(try_proxy clientonly verify-full "host=$data port=$pgport" --tls-cert "$da
 out=$(try_proxy serveronly disable "$server") || fail "TLS to the server only: $out"
 [ "$out" = t ] || fail "TLS to the server only: the server side says $out"
 ok "TLS on one side only, either side"
+
+# a certificate flight larger than the socket takes at once (a leaf of
+# some 50 KB; a client that announces a 1460-byte MSS, as over Ethernet,
+# and reads through a 4 KiB buffer): the handshake's read must wait for
+# the socket to drain (EPOLLOUT), not for bytes the client never sends
+# first, or the login stalls until --client-login-timeout
+/usr/bin/python3 -c 'print("subjectAltName=DNS:localhost," + ",".join(f"DNS:n{i}.pgproxy-test.invalid" for i in range(3300)))' \
+	>"$data/big.ext"
+mk req $ec -keyout "$data/big.key" -out "$data/big.csr" -subj /CN=localhost
+mk x509 -req -in "$data/big.csr" -CA "$data/ca.crt" -CAkey "$data/ca.key" -CAcreateserial \
+	-out "$data/big.crt" -days 2 -extfile "$data/big.ext"
+chmod 600 "$data/big.key"
+"$proxy" --listen 127.0.0.1:0 --server "host=$data port=$pgport" --auth-type trust --tls-cert "$data/big.crt" \
+	--tls-key "$data/big.key" --client-login-timeout 60s 2>"$data/big.log" &
+p4=$!
+within 10 grep -q 'listening on' "$data/big.log" || fail "the proxy with the large certificate did not start"
+p4port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$data/big.log")
+cat >"$data/bigflight.py" <<'PY'
+import socket, ssl, struct, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 1460)
+s.settimeout(30)
+s.connect(("127.0.0.1", int(sys.argv[1])))
+s.sendall(struct.pack("!ii", 8, 80877103))
+assert s.recv(1) == b"S"
+t0 = time.monotonic()
+tls = ssl.create_default_context(cafile=sys.argv[2]).wrap_socket(s, server_hostname="localhost")
+took = time.monotonic() - t0
+size = len(tls.getpeercert(binary_form=True))
+assert size > 40000, f"the certificate is only {size} bytes: the case is not made"
+startup = b"user\0pgproxy\0database\0postgres\0\0"
+tls.sendall(struct.pack("!ii", len(startup) + 8, 196608) + startup)
+assert tls.recv(9)[:1] == b"R", "no authentication answer after the handshake"
+assert took < 10, f"the handshake took {took:.1f} s"
+print(f"a {size}-byte certificate in {took:.2f} s")
+PY
+out=$(/usr/bin/python3 "$data/bigflight.py" "$p4port" "$data/ca.crt" 2>&1) ||
+	fail "a large certificate flight to a slow reader: $out"
+kill -TERM "$p4"
+wait "$p4" || true
+ok "a large certificate flight to a client with a small window: $out"
 
 # towards the server: another CA, and a server that says 'N'
 refused() { ! try_proxy "$@"; }

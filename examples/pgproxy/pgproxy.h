@@ -266,7 +266,7 @@ void tls_end(struct tls *t);                       /* close_notify if it can, an
  * connection must not pay a call into tls.c for its "no". */
 bool tls_ssl_pending(const struct tls *t);
 bool tls_ssl_handshaking(const struct tls *t);
-/* decrypted bytes epoll cannot see */
+/* bytes OpenSSL holds (read ahead, decrypted or not) that epoll cannot see */
 static inline bool tls_pending(const struct tls *t) { return t->ssl && tls_ssl_pending(t); }
 /* begun, not finished */
 static inline bool tls_handshaking(const struct tls *t) { return t->ssl && tls_ssl_handshaking(t); }

@@ -14,8 +14,12 @@
  *     the epoll events to watch, so a write blocked on a read watches
  *     EPOLLIN, not an always-ready EPOLLOUT (which would spin the loop),
  *     and a direction the bounds have stopped watches nothing;
- *   - OpenSSL may hold decrypted bytes that epoll cannot see: tls_pending
- *     tells, and the drivers read again while it does.
+ *   - OpenSSL reads ahead (one read for a record's header and body, and
+ *     whatever follows it), so it may hold bytes, decrypted or not, that
+ *     epoll cannot see: tls_pending tells, and the drivers read again
+ *     while it does.  A read that got less than it asked for and left
+ *     nothing in OpenSSL stops there, as a plain one does: the socket is
+ *     most likely empty, and if not epoll says so.
  * Writes use partial writes on a moving buffer (the queue may compact
  * between a refused write and its retry).  A struct tls belongs to its
  * connection, so only that connection's loop thread touches it; the two
@@ -74,6 +78,7 @@ static SSL_CTX *new_ctx(const SSL_METHOD *method, char *err, size_t errlen)
 	}
 	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 	SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
+	SSL_CTX_set_read_ahead(ctx, 1);
 	return ctx;
 }
 
@@ -182,7 +187,7 @@ void tls_end(struct tls *t)
 	t->broken = false;
 }
 
-bool tls_ssl_pending(const struct tls *t) { return SSL_pending(t->ssl) > 0; }
+bool tls_ssl_pending(const struct tls *t) { return SSL_has_pending(t->ssl); }
 
 bool tls_ssl_handshaking(const struct tls *t) { return !SSL_is_init_finished(t->ssl); }
 
@@ -217,6 +222,8 @@ int tls_read(struct tls *t, struct buf *b, size_t limit)
 			b->w += (size_t)n;
 			b->moved += (size_t)n;
 			got = 1;
+			if ((size_t)n < want && !SSL_has_pending(t->ssl))
+				break; /* drained: epoll says when more comes */
 		} else if (tls_retry(t, n, &t->read_needs) == 0) {
 			break;
 		} else {
