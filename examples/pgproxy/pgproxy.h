@@ -267,7 +267,15 @@ void tls_end(struct tls *t);                       /* close_notify if it can, an
 bool tls_ssl_pending(const struct tls *t);
 bool tls_ssl_handshaking(const struct tls *t);
 /* bytes OpenSSL holds (read ahead, decrypted or not) that epoll cannot see */
-static inline bool tls_pending(const struct tls *t) { return t->ssl && tls_ssl_pending(t); }
+static inline bool tls_holds(const struct tls *t) { return t->ssl && tls_ssl_pending(t); }
+/* ...that a read can use now: not the start of a record whose rest the
+ * last read waited for (epoll tells when it comes) */
+static inline bool tls_pending(const struct tls *t)
+{
+	return t->ssl && t->read_needs != EPOLLIN && tls_ssl_pending(t);
+}
+/* closed by the peer, or a TLS error: no more bytes will come */
+static inline bool tls_broken(const struct tls *t) { return t->ssl && t->broken; }
 /* begun, not finished */
 static inline bool tls_handshaking(const struct tls *t) { return t->ssl && tls_ssl_handshaking(t); }
 /* The epoll events to watch for a connection that wants to read and/or

@@ -278,7 +278,7 @@ void pool_put_server(struct server *s)
 	if (p->conn_turns && conns_claim_close(p->id, p->conn_turns))
 		s->close_for = p->id; /* another worker's waiter wants it more */
 	if (s->close_for >= 0 || s->dirty || old || atomic_load(&p->conns) > atomic_load(&p->size) ||
-	    buf_len(&s->in) ||
+	    buf_len(&s->in) || tls_holds(&s->tls) || tls_broken(&s->tls) ||
 	    buf_len(&s->out) || s->rl.left || s->rq_len || !ts_waitlist_put(s->up->conns, s))
 		server_destroy(s);
 }

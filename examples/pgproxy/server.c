@@ -111,8 +111,8 @@ bool server_usable(struct server *s)
 	int64_t now = ts_now_ns();
 	if (P.cfg.lifetime_ns && now - s->created_ns >= P.cfg.lifetime_ns)
 		return false;
-	if (tls_pending(&s->tls))
-		return false; /* the server said something, OpenSSL holds it */
+	if (tls_holds(&s->tls) || tls_broken(&s->tls))
+		return false; /* the server said something, or closed: OpenSSL saw it */
 	if (now - s->idle_since_ns < UNCHECKED_REUSE_NS)
 		return true;
 	ssize_t n = recv(s->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
