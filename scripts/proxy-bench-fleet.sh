@@ -17,7 +17,9 @@
 # (etcd's own gRPC counters, all three nodes) under this load and at rest.
 #
 # Overhead: one pgproxy alone in its fleet against one without --fleet,
-# both with ceiling 12, pgbench -S -c 16 for SECONDS.
+# both with ceiling 12, pgbench -S -c 16 for SECONDS, back to back; the
+# median of the pairs' ratios as well as the ratio of the medians (a noisy
+# VM drifts between repeats), and etcd's CPU during each.
 #
 # REPEATS (3) times, configurations alternating; medians (min-max).
 # Writes OUT/proxy-bench-fleet.md (OUT: docs, or results/proxy-bench with
@@ -168,11 +170,18 @@ moving() { # config repeat
 	echo "proxy-bench: moving $k repeat $rep: $(grep -P "^moving\t$k\t" "$results" | tail -n 4 | cut -f3,4 | tr '\t\n' '= ')"
 }
 
+etcd_ticks() { # CPU ticks (1/100 s) all etcd nodes have used so far
+	local t=0 i
+	for i in 0 1 2; do t=$((t + $(cpu_ticks "$(cat "$etcd_dir/e$i.pid")"))); done
+	echo "$t"
+}
 overhead() { # config repeat
-	local k=$1 o=$work/overhead.$1.$2.out
+	local k=$1 o=$work/overhead.$1.$2.out e0
+	e0=$(etcd_ticks)
 	PGUSER=bench_$k pgbench -n -c 16 -j 2 -T "$seconds" -S -h 127.0.0.1 -p "${port[$k]}" postgres >"$o" 2>&1
 	failed_ok "$o"
 	record overhead "$k" tps "$(tps_of "$o")"
+	record overhead "$k" "etcd CPU s" "$(echo "$(($(etcd_ticks) - e0))" | awk '{ printf "%.2f", $1 / 100 }')"
 }
 
 at_rest() { # the three members, no load, over SECONDS
@@ -188,6 +197,9 @@ for r in $(seq 1 "$repeats"); do
 	if [ $((r % 2)) -eq 1 ]; then order="f b" solo="s n"; else order="b f" solo="n s"; fi
 	for k in $order; do moving "$k" "$r"; done
 	for k in $solo; do overhead "$k" "$r"; done
+	# the pair ran back to back: their ratio cancels the drift between repeats
+	record overhead s/n ratio "$(echo "$(tps_of "$work/overhead.s.$r.out") $(tps_of "$work/overhead.n.$r.out")" |
+		awk '{ printf "%.3f", $1 / $2 }')"
 	at_rest
 done
 
@@ -218,12 +230,14 @@ report=$out/proxy-bench-fleet.md
 	echo
 	echo "pgbench -S -c 16, ${seconds} s; ceiling 12 in both."
 	echo
-	echo "| configuration | tps |"
-	echo "|---|---:|"
-	echo "| pgproxy --fleet ceiling=12, alone in its fleet | $(med overhead s tps) |"
-	echo "| pgproxy --pool-size 12 | $(med overhead n tps) |"
+	echo "| configuration | tps | etcd CPU s (3 nodes) during the run |"
+	echo "|---|---:|---:|"
+	echo "| pgproxy --fleet ceiling=12, alone in its fleet | $(med overhead s tps) | $(med overhead s 'etcd CPU s') |"
+	echo "| pgproxy --pool-size 12 | $(med overhead n tps) | $(med overhead n 'etcd CPU s') |"
 	echo
-	echo "With --fleet: $(ratio "$(val overhead s tps)" "$(val overhead n tps)")× the tps without it."
+	echo "With --fleet: $(ratio "$(val overhead s tps)" "$(val overhead n tps)")× the tps without it (ratio of the medians);" \
+		"$(med overhead s/n ratio)× as the median of each repeat's back-to-back pair."
+	echo "The etcd CPU without --fleet is the three other members' at rest and raft's own."
 } >"$report"
 cat "$report"
 echo "table: $report"
