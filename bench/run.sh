@@ -36,7 +36,7 @@ echo
 count_iters=100000
 printf 'impl,instructions_per_op\n' > "$results/uncontended_instructions.csv"
 for impl in turnstile job set_lookup pthread_mutex sem_t atomic_pair waitlist mutex_pool sem_pool \
-	turnstile_async; do
+	turnstile_async turnstile_fleet; do
 	out=$(mktemp)
 	valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file="$out" \
 		./bench/uncontended --count $impl --iters $count_iters >/dev/null 2>&1

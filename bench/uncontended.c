@@ -3,7 +3,9 @@
  * instead — pthread_mutex, sem_t — and a bare atomic pair as the floor.
  * turnstile_async is an event-loop wait granted at once
  * (ts_turnstile_wait_async returns 0; its callback never runs) and its
- * return.
+ * return.  turnstile_fleet is a fleet member's local turnstile: its
+ * freshness guard (fastpath.h) sends every wait and return to the lock
+ * and reads the clock at the grant.
  *
  *   uncontended [--repeats R] [--iters N]   ns/op, median and min-max over R
  *                                           repeats, implementations
@@ -18,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <valgrind/callgrind.h>
 
 #include <turnstile.h>
@@ -26,7 +29,7 @@
 #include "sem_pool.h"
 #include "stats.h"
 
-static ts_turnstile *turnstile;
+static ts_turnstile *turnstile, *guarded;
 static ts_set *set;
 static ts_job job = TS_JOB_INIT;
 static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
@@ -60,6 +63,16 @@ static void run_turnstile_async(long n)
 		ts_pass p;
 		if (ts_turnstile_wait_async(turnstile, &claim, 0, NULL, notifier, &async_node,
 					    never_called, NULL, &p) != 0)
+			abort();
+		ts_pass_return(&p);
+	}
+}
+
+static void run_turnstile_fleet(long n)
+{
+	for (long i = 0; i < n; i++) {
+		ts_pass p;
+		if (ts_turnstile_wait(guarded, &claim, 0, NULL, &p) != 0)
 			abort();
 		ts_pass_return(&p);
 	}
@@ -142,6 +155,7 @@ static const struct impl {
 	{ "mutex_pool", run_mutex_pool },
 	{ "sem_pool", run_sem_pool },
 	{ "turnstile_async", run_turnstile_async },
+	{ "turnstile_fleet", run_turnstile_fleet },
 };
 #define N_IMPLS (sizeof(impls) / sizeof(impls[0]))
 
@@ -178,6 +192,13 @@ int main(int argc, char **argv)
 	pthread_create(&th, NULL, nothing, NULL);
 	pthread_join(th, NULL);
 	turnstile = ts_turnstile_new(1);
+	guarded = ts_turnstile_new(1);
+	struct timespec now;
+	clock_gettime(CLOCK_BOOTTIME, &now); /* fresh for the next hour */
+	if (ts_private_turnstile_guard(guarded, ((int64_t)now.tv_sec + 3600) * 1000000000)) {
+		perror("ts_private_turnstile_guard");
+		return 1;
+	}
 	if (!(notifier = ts_notifier_new())) {
 		perror("ts_notifier_new");
 		return 1;
@@ -223,6 +244,7 @@ int main(int argc, char **argv)
 		       minimum(ns[k], repeats), maximum(ns[k], repeats),
 		       median(ns[k], repeats) / base, repeats, iters);
 	ts_turnstile_free(turnstile);
+	ts_turnstile_free(guarded);
 	ts_set_free(set);
 	ts_waitlist_free(waitlist);
 	ts_notifier_free(notifier);

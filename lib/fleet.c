@@ -62,8 +62,10 @@
  *
  * FAIL CLOSED.  No renewal for half the lease (etcd gone, a partition, a
  * SIGSTOPped, frozen or suspended process; the clock is CLOCK_BOOTTIME):
- * the local ceiling goes to 0 at the deadline, or at the first thing a
- * member does when it wakes after it.  Also at once when the lease is
+ * local grants nothing from the deadline on, whichever thread asks first
+ * after a pause (guard()), and the local ceiling goes to 0 at the
+ * deadline, or at the first thing the fleet thread does when it wakes
+ * after it.  Also at once when the lease is
  * found gone, our key missing, or the ledger missing or unreadable.  A lost
  * lease or key: the member rejoins (a new lease, its key back) and keeps
  * whatever share the ledger still gives it.
@@ -166,6 +168,17 @@ static void set_local(ts_fleet *f, int64_t ceiling)
 		return;
 	f->local_ceiling = ceiling;
 	atomic_store_explicit(&f->told_share, ceiling, memory_order_relaxed);
+}
+
+/* Rule 3 at the moment of admission: local grants nothing at or after
+ * fresh_until, whichever of our threads runs first after a pause (the
+ * turnstile reads the clock under its lock; fastpath.h).  Moved at every
+ * renewal, which also serves callers that queued on a stale share.  A
+ * process-shared local has no guard (ENOTSUP): there, only the checks
+ * below close it, at the fleet thread's first look. */
+static void guard(ts_fleet *f)
+{
+	ts_private_turnstile_guard(f->local, f->fresh_until);
 }
 
 static int64_t held_now(ts_fleet *f)
@@ -606,6 +619,7 @@ static int renew(ts_fleet *f)
 	}
 	f->fresh_until = sent + f->lease_ns / 2;
 	f->next_renewal = sent + f->lease_ns / 3;
+	guard(f);
 	return 0;
 retry:
 	f->next_renewal = sent + FLEET_TICK_NS;
@@ -878,12 +892,14 @@ TS_API ts_fleet *ts_fleet_join(ts_turnstile *local, const ts_fleet_config *cfg)
 	f->fresh_until = sent + f->lease_ns / 2;
 	f->next_renewal = sent + f->lease_ns / 3;
 	ts_turnstile_resize(local, 0); /* the fleet's from here on (share 0) */
+	guard(f);
 	pthread_mutex_lock(&f->mu);
 	for (int i = 0; i < 3 && f->local_ceiling == 0; i++)
 		look(f); /* the first share, when the ledger has room */
 	pthread_mutex_unlock(&f->mu);
 	if ((err = pthread_create(&f->thread, NULL, fleet_thread, f))) {
 		set_local(f, 0);
+		ts_private_turnstile_guard(local, 0);
 		ts_lib_etcd_lease_revoke(f->etcd, f->lease_id);
 		fleet_free(f);
 		errno = err;
@@ -1021,5 +1037,6 @@ TS_API void ts_fleet_leave(ts_fleet *f)
 		nanosleep(&ts, NULL);
 	}
 	ts_lib_etcd_lease_revoke(f->etcd, f->lease_id); /* deletes our member key */
+	ts_private_turnstile_guard(f->local, 0); /* local is the caller's again (ceiling 0) */
 	fleet_free(f);
 }

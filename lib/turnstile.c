@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "busy.h"
 #include "hook.h"
@@ -39,6 +40,7 @@ TS_API ts_turnstile *ts_turnstile_new(int64_t concurrency)
 	atomic_init(&t->ceiling_units, (int64_t)units(concurrency));
 	ts_lib_skip_init(&t->queue);
 	t->shared = NULL;
+	t->guard_until = 0;
 	return t;
 }
 
@@ -65,6 +67,41 @@ TS_API void ts_turnstile_free(ts_turnstile *t)
 	free(t);
 }
 
+/* FRESHNESS GUARD (ts_private_turnstile_guard; libturnstile-fleet's): a
+ * turnstile that holds a share of a wider ceiling only until a deadline
+ * admits nobody at or after it, whichever thread runs first when a paused
+ * process or frozen VM resumes.  No thread can be relied on to notice the
+ * pause before the others, so the grant itself reads the clock:
+ *  - while guarded, WAITERS stays set, so both inlined fast paths fail to
+ *    the lock (every change of the word is then under it), and the queue
+ *    itself says whether anybody waits;
+ *  - a take (enqueue) and a hand-out (drain) read the clock under the lock
+ *    and grant nothing once the deadline has passed: the caller queues;
+ *  - moving the deadline drains under the lock, so a caller that queued
+ *    while stale (under the lock, before the move) is served by the move,
+ *    and one that comes after it reads the new deadline: none is left
+ *    queued beside a free pass.
+ * An unguarded turnstile reads no clock: guard_until is 0. */
+static int64_t boottime_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Lock held.  Whether a free pass may go to anybody now. */
+static bool admitting(const ts_turnstile *t)
+{
+	return !t->guard_until || boottime_ns() < t->guard_until;
+}
+
+/* Lock held.  WAITERS follows the queue, unless guarded (always set). */
+static void waiters_follow_queue(ts_turnstile *t)
+{
+	if (!skip_first(&t->queue) && !t->guard_until)
+		atomic_fetch_and_explicit(&t->word, ~WORD_WAITERS, memory_order_acq_rel);
+}
+
 /* Hand free passes to the head waiters while any are free, at most one
  * wake batch.  Lock held.  Each grant unlinks the waiter and publishes
  * GRANTED with one exchange (waiter.h); the pass moves from `available` to
@@ -83,9 +120,14 @@ TS_API void ts_turnstile_free(ts_turnstile *t)
 static bool drain(ts_turnstile *t, struct wakeups *wk)
 {
 	struct skip_node *n;
+	int open = -1; /* the guard's verdict, read once per batch when a grant is due */
 
 	while (word_available(atomic_load_explicit(&t->word, memory_order_acquire)) > 0 &&
 	       (n = skip_first(&t->queue))) {
+		if (open < 0)
+			open = admitting(t);
+		if (!open)
+			break;
 		if (wakeups_full(wk))
 			return true;
 		struct turn_waiter *tw = (struct turn_waiter *)n;
@@ -98,8 +140,7 @@ static bool drain(ts_turnstile *t, struct wakeups *wk)
 		atomic_fetch_sub_explicit(&t->word, WORD_UNIT, memory_order_acq_rel);
 		waiter_grant(&tw->w, WAITER_GRANTED, wk);
 	}
-	if (!skip_first(&t->queue))
-		atomic_fetch_and_explicit(&t->word, ~WORD_WAITERS, memory_order_acq_rel);
+	waiters_follow_queue(t);
 	return false;
 }
 
@@ -148,6 +189,13 @@ int ts_lib_turnstile_enqueue(ts_turnstile *t, struct turn_waiter *tw, int64_t no
 			}
 			continue;
 		}
+		/* guarded: WAITERS is always set; the queue says who waits */
+		if (t->guard_until && !skip_first(&t->queue) && word_available(w) > 0 &&
+		    admitting(t)) {
+			atomic_fetch_sub_explicit(&t->word, WORD_UNIT, memory_order_acq_rel);
+			spin_unlock(&t->lock);
+			return 0;
+		}
 		if (deadline_ns != 0 && now >= deadline_ns) {
 			spin_unlock(&t->lock);
 			return ETIMEDOUT;
@@ -174,8 +222,7 @@ static void unlink_waiter(ts_turnstile *t, struct turn_waiter *tw)
 {
 	ts_lib_skip_remove(&t->queue, &tw->link);
 	atomic_fetch_sub_explicit(&t->waiting, 1, memory_order_relaxed);
-	if (!skip_first(&t->queue))
-		atomic_fetch_and_explicit(&t->word, ~WORD_WAITERS, memory_order_acq_rel);
+	waiters_follow_queue(t);
 }
 
 /* The waiter gave up (timeout or cancel).  Under the lock, its own state
@@ -207,7 +254,9 @@ __attribute__((noinline, cold)) static int wait_slow(ts_turnstile *t, const ts_c
 		return ESHUTDOWN;
 	if (cancel_fired_now(cancel))
 		return ECANCELED;
-	int64_t start = ts_now_ns();
+	/* the clock only when a deadline needs it now; a wait that queues
+	 * reads it then (a guarded turnstile's take reads its own clock) */
+	int64_t start = deadline_ns ? ts_now_ns() : 0;
 	TS_PROBE3(wait__start, t, claim->priority, claim->since_ns);
 	int r = wait_queued(t, claim, start, deadline_ns, cancel, pass);
 	if (r == 0)
@@ -236,12 +285,14 @@ static int wait_queued(ts_turnstile *t, const ts_claim *claim, int64_t start,
 	tw.link.key = *claim;
 	waiter_init(&tw.w, NULL);
 	int r = ts_lib_turnstile_enqueue(t, &tw, start, deadline_ns);
-	if (r == 0) {
+	if (r == 0) { /* taken without queueing: no wait, as on the fast path */
 		pass->private_turnstile = t;
-		pass->private_waited_ns = ts_now_ns() - start;
+		pass->private_waited_ns = 0;
 	}
 	if (r != EINPROGRESS)
 		return r;
+	if (!start)
+		start = ts_now_ns();
 
 	TS_FAULT(); /* window: queued, not yet parked (nor watching cancel) */
 	if (cancel)
@@ -366,6 +417,28 @@ TS_API int ts_turnstile_resize(ts_turnstile *t, int64_t concurrency)
 	return 0;
 }
 
+/* The guard's only writer (FRESHNESS GUARD above): set, move or (0) lift
+ * it, then hand out whatever it now lets through. */
+TS_API int ts_private_turnstile_guard(ts_turnstile *t, int64_t until_ns)
+{
+	struct wakeups wk;
+
+	if (!t || until_ns < 0)
+		return EINVAL;
+	if (t->shared)
+		return ENOTSUP;
+	wakeups_init(&wk);
+	spin_lock(&t->lock);
+	t->guard_until = until_ns;
+	if (until_ns)
+		atomic_fetch_or_explicit(&t->word, WORD_WAITERS, memory_order_acq_rel);
+	else
+		waiters_follow_queue(t);
+	uint64_t w = atomic_load_explicit(&t->word, memory_order_relaxed);
+	unlock_and_wake(t, &wk, !(w & WORD_CLOSED) && drain(t, &wk));
+	return 0;
+}
+
 /* Set CLOSED and release every waiter with WAITER_CLOSED, one wake batch
  * per critical section (waiter.h).  Each is unlinked here, so a waiter that
  * timed out concurrently finds a final state in leave() and does not
@@ -396,7 +469,7 @@ TS_API void ts_turnstile_close(ts_turnstile *t)
 		}
 		more = n != NULL;
 		if (!more)
-			atomic_fetch_and_explicit(&t->word, ~WORD_WAITERS, memory_order_acq_rel);
+			waiters_follow_queue(t);
 		else if (!gaps++)
 			busy_enter(&t->busy);
 		ts_hook_at(TS_HOOK_UNLOCKING, t);

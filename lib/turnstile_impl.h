@@ -30,6 +30,9 @@ struct ts_turnstile {
 	 * handle whose word reads WAITERS|CLOSED for ever, so the inlined fast
 	 * paths always call the library, which sends the call to shared.c. */
 	struct shared_handle *shared;
+	/* The freshness guard (turnstile.c): 0, or admit nobody at or after
+	 * this CLOCK_BOOTTIME instant.  Under lock. */
+	int64_t guard_until;
 };
 
 /* shared.c: every turnstile call on a shared handle. */

@@ -16,7 +16,8 @@
  *   word = available << 2 | CLOSED | WAITERS      (available is signed)
  *
  * INVARIANT (no barging): WAITERS is set exactly when the queue is
- * non-empty, and both change only under the turnstile's lock.  Every
+ * non-empty (or always, while a freshness guard holds: see below), and
+ * both change only under the turnstile's lock.  Every
  * operation that raises `available` under the lock hands passes to waiters
  * while it is positive, so whenever the lock is free, WAITERS implies
  * available <= 0 — except between the wake batches of a large grow, when
@@ -42,6 +43,12 @@ TS_BEGIN_DECLS
 TS_API int ts_private_wait_slow(ts_turnstile *t, const ts_claim *claim, int64_t deadline_ns,
 				ts_cancel *cancel, ts_pass *pass);
 TS_API void ts_private_return_slow(ts_turnstile *t);
+/* For libturnstile-fleet only, not API: from now on grant no pass at or
+ * after @until_ns (CLOCK_BOOTTIME), whoever asks first (the fleet keeps it
+ * at its member's deadline, so a resumed process admits nobody on a stale
+ * share); 0 lifts it.  While set, every wait and return takes the lock.
+ * 0, EINVAL, or ENOTSUP (a process-shared handle). */
+TS_API int ts_private_turnstile_guard(ts_turnstile *t, int64_t until_ns);
 
 TS_END_DECLS
 

@@ -107,6 +107,7 @@ catch|fleet|MUT_RECLAIM_STALE_KEY|-DNM=2 -DCEIL=2 -DROUNDS=7|reclaim trusts the 
 catch|fleet|MUT_REJOIN_CACHED_SHARE|-DNM=2 -DCEIL=2 -DROUNDS=7|a member back from a lost lease admits up to the share it had before, not what the ledger gives it now (reclaimed meanwhile)
 catch|fleet|MUT_NO_FAIL_CLOSED|-DNM=2 -DCEIL=2 -DROUNDS=5|a lease may expire before its member stopped admitting: its share is reclaimed while it still admits on it
 catch|fleet|MUT_RECLAIM_EDITS_VIEW|-DNM=2 -DCEIL=2 -DROUNDS=7|a reclaim that lost (the member rejoined) leaves its edit in the view and the same look grows from it: the rejoined member share is deleted while it admits on it (lib/fleet.c before review)
+catch|fleet|MUT_NO_GUARD|-DNM=2 -DCEIL=2 -DROUNDS=5|admission reads no clock: after a pause past the lease, a client that runs before the fleet thread fails closed admits on the stale share the other member has reclaimed
 catch|fleet|MUT_PENDING_IGNORED|-DNM=2 -DCEIL=2 -DROUNDS=5|a shrink whose outcome is unknown is forgotten: the member raises its local ceiling back, then etcd applies the shrink and another member grows into the room (lib/fleet.c before review)
 EOF
 }

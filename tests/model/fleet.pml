@@ -13,11 +13,18 @@
  * fresh(): renewed within half the lease        !stale[] (the environment
  *                                               ends it: etcd gone, a pause)
  * look(): fails closed first                    failclose: lc = 0, closed[]
+ * the local turnstile's guard: no grant at or   Clients admit only while
+ * after fresh_until, whoever runs first         !stale[]
  * etcd's expiry of a lease (at the full lease,  expire: only after the member
  * after fresh_until)                            failed closed (closed[]) and
  *                                               its holders returned (the
  *                                               documented assumption)
- * renew() finding the lease gone: rejoin        rejoin: key back, fresh
+ * a pause (SIGSTOP, a frozen VM) past the       pause: the lease expires
+ * lease: nothing of the member runs             before the fleet thread failed
+ *                                               closed; on resume its clients
+ *                                               and its thread race
+ * renew() finding the lease gone: rejoin        rejoin: key back, fresh, once
+ * (look() failed closed before its renew())     failed closed
  * grow(): CAS share += room, then local         grow
  * shrink(): local first, CAS max(target, held)  shrink
  * reclaim(): CAS dropping a share, comparing    reclaim
@@ -38,7 +45,9 @@
  * absence as read, not compared at commit: races a rejoin),
  * REJOIN_CACHED_SHARE (a member back from a lost lease admits up to the
  * share it had, not what the ledger gives it now), NO_FAIL_CLOSED (a lease
- * may expire before its member stopped admitting), RECLAIM_EDITS_VIEW (a
+ * may expire before its member stopped admitting), NO_GUARD (admission
+ * reads no clock: a client that runs first after a pause past the lease
+ * admits on the stale share before the fleet thread fails closed), RECLAIM_EDITS_VIEW (a
  * reclaim that lost leaves its edit in the view, and the same look grows
  * from it: found by review), PENDING_IGNORED (a shrink whose outcome is
  * unknown, applied by etcd later, is forgotten: the member raises its
@@ -77,7 +86,11 @@ bool key[NM], stale[NM], closed[NM];
 proctype Clients(byte i)
 {
 	do
-	:: atomic { h[i] < lc[i] -> h[i]++ }
+#ifndef MUT_NO_GUARD
+	:: atomic { h[i] < lc[i] && !stale[i] -> h[i]++ }
+#else
+	:: atomic { h[i] < lc[i] -> h[i]++ }   /* mutation: no clock at admission */
+#endif
 	:: atomic { h[i] > 0 -> h[i]-- }
 	od
 }
@@ -146,15 +159,18 @@ proctype Member(byte i)
 		 * returned (the assumption: no hold longer than the lease) */
 #ifndef MUT_NO_FAIL_CLOSED
 		:: atomic { stale[i] && closed[i] && key[i] && h[i] == 0 -> key[i] = false }
+		/* ... or during a pause, before its fleet thread could fail
+		 * closed (nothing of it ran; nothing held across it) */
+		:: atomic { stale[i] && !closed[i] && key[i] && h[i] == 0 -> key[i] = false }
 #else
 		:: atomic { stale[i] && key[i] -> key[i] = false }
 #endif
 		/* renew() finds the lease gone: a new lease, the key back; the
 		 * next look reads what the ledger still gives it */
 #ifndef MUT_REJOIN_CACHED_SHARE
-		:: atomic { !key[i] -> key[i] = true; stale[i] = false; closed[i] = false }
+		:: atomic { !key[i] && closed[i] -> key[i] = true; stale[i] = false; closed[i] = false }
 #else
-		:: atomic { !key[i] -> key[i] = true; stale[i] = false; closed[i] = false;
+		:: atomic { !key[i] && closed[i] -> key[i] = true; stale[i] = false; closed[i] = false;
 			    lc[i] = cached[i] }        /* mutation: the share it had */
 #endif
 		/* etcd applies (or, its compare failing, drops) the shrink in flight */
