@@ -54,7 +54,8 @@
  * one etcd range read and, when our demand changed, one write.  A
  * change that cannot move a share waits up to FLEET_STALE_NS (it only
  * freshens what ts_fleet_members shows): a member that saw nobody else
- * at its last look, whose demand stays on the same side of its share and
+ * at its last look, and either holds the whole ceiling (whatever its
+ * queue does) or whose demand stays on the same side of its share and
  * whose queue stays empty or not.  A lone member under load so costs what
  * one at rest does (each write is a raft round with fsyncs on every etcd
  * node); a member that joins meanwhile is seen at the next look, which
@@ -116,6 +117,7 @@ struct ts_fleet {
 	pthread_cond_t cv;
 	bool stop, kick, rejoin;
 	int64_t share;         /* ours in the ledger, as last read or written */
+	int64_t ceiling;       /* the ledger's, as last read */
 	int64_t local_ceiling; /* what local's ceiling is now */
 	int64_t fresh_until;   /* admit only before this (rule 3; CLOCK_BOOTTIME) */
 	int64_t next_renewal;
@@ -507,13 +509,24 @@ static int64_t held_on(const ts_turnstile *t)
 	return held > 0 ? held : 0;
 }
 
+/* The last look saw us alone with the whole ceiling: no change of our
+ * demand can move a share (nobody to give room to or take it from), and
+ * a member that joins is seen at the next look. */
+static bool alone_with_all(const ts_fleet *f)
+{
+	return atomic_load_explicit(&f->told_members, memory_order_relaxed) == 1 &&
+	       f->share >= f->ceiling;
+}
+
 /* Whether a put of our demand may wait (SHARES FOLLOW DEMAND): the last
- * look saw us alone, and neither our queue's emptiness nor the side of
- * our share our demand is on changed since the last put. */
+ * look saw us alone, and either we hold the whole ceiling or neither our
+ * queue's emptiness nor the side of our share our demand is on changed
+ * since the last put. */
 static bool put_may_wait(const ts_fleet *f, bool queue, bool over)
 {
-	return f->published && queue == f->told_queue && over == f->told_over &&
-	       atomic_load_explicit(&f->told_members, memory_order_relaxed) == 1 &&
+	bool alone = atomic_load_explicit(&f->told_members, memory_order_relaxed) == 1;
+	return f->published && alone &&
+	       (f->share >= f->ceiling || (queue == f->told_queue && over == f->told_over)) &&
 	       now_ns() - f->published_at < FLEET_STALE_NS;
 }
 
@@ -697,6 +710,7 @@ static bool look(ts_fleet *f)
 		return true; /* the ledger moved, or may have: start from it */
 	}
 	f->share = ledger_share(&v.ledger, f->name);
+	f->ceiling = v.ledger.ceiling;
 	remember(f, &v);
 	if (f->pending_rev && v.ledger.rev != f->pending_rev)
 		f->pending_rev = 0; /* that shrink can no longer land */
@@ -740,13 +754,13 @@ static bool look(ts_fleet *f)
 }
 
 /* Callers queued on the demand's turnstile that our member key does not
- * tell yet (two loads: no lock, no etcd). */
+ * tell yet, and that could move a share (two loads: no lock, no etcd). */
 static bool untold_demand(const ts_fleet *f)
 {
 	const ts_turnstile *from = atomic_load_explicit(&f->demand, memory_order_acquire);
 	int64_t waiting;
 	ts_turnstile_snapshot(from ? from : f->local, NULL, &waiting);
-	return waiting > 0 && !f->told_queue;
+	return waiting > 0 && !f->told_queue && !alone_with_all(f);
 }
 
 /* Until @at (CLOCK_MONOTONIC, the condition variable's clock), a kick,

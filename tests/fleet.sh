@@ -5,6 +5,8 @@
 # At every admission of every member the holders across all members are
 # counted against the ceiling (a shared board): 0 violations throughout.
 # Pinned down, in order:
+#   - a lone member with the whole ceiling and a queue that fills and
+#     empties: at most 10 etcd requests/s, as at rest;
 #   - shares follow demand: A with 24 clients, B with 4, C idle (one band:
 #     in proportion, 10 and 2); then the load moves from A to C and C's
 #     share follows within about a second;
@@ -36,10 +38,10 @@ cleanup_hooks=stop_members
 
 tests/fleet_board "$board" init 12
 b() { tests/fleet_board "$board" "$@"; }
-start_member() { # slot threads band
+start_member() { # slot threads band [idle-us]
 	tests/fleet_member --board "$board" --slot "$1" --endpoints "$hung,$(etcd_endpoints)" \
 		--key "$key" --ceiling 12 --lease-ms "$lease_ms" --threads "$2" --band "$3" \
-		--hold-us 2000 >>"$etcd_dir/member$1.log" 2>&1 &
+		--hold-us 2000 --idle-us "${4:-0}" >>"$etcd_dir/member$1.log" 2>&1 &
 	member_pids="$member_pids $!"
 	eval "member$1=$!"
 }
@@ -67,6 +69,24 @@ etcd_start
 # endpoint taking only its slice of it
 hung="$(hung_endpoint 1),$(hung_endpoint 2)"
 
+requests() { echo $(($(b get requests 0) + $(b get requests 1) + $(b get requests 2))); }
+
+# ---- a member alone with the whole ceiling (slot 5, then it leaves), its
+# queue filling and emptying all the time (24 clients holding 2 ms and
+# thinking 2 ms for 12 passes, as a proxy under pgbench -c 16): no change
+# of its demand can move a share, so it costs etcd what one at rest does
+b set active 24 5
+start_member 5 24 2 2000
+wait_for '[ "$(share 5)" -eq 12 ]' 10 || fail "a lone member did not get the whole ceiling: $(b shares)"
+sleep 1 # past the join's own requests (a measurement, not a wait for anything)
+r0=$(b get requests 5); sleep 3; r1=$(b get requests 5)
+lone_rate=$(((r1 - r0) * 10 / 3)) # per second, x10
+ok "a lone member with the whole ceiling, its queue flipping: $((lone_rate / 10)).$((lone_rate % 10)) etcd requests/s"
+[ "$lone_rate" -le 100 ] || fail "a lone member under load made more than 10 etcd requests/s"
+check_bound "with a lone member"
+b set active 0 5
+leave_member 5
+
 # ---- shares follow demand
 b set active 24 0
 b set active 4 1
@@ -93,7 +113,6 @@ check_bound "with skewed demand"
 
 # ---- etcd traffic per member: requests over a 3 s window (a measuring
 # window, not a wait for anything), under this load and then at rest
-requests() { echo $(($(b get requests 0) + $(b get requests 1) + $(b get requests 2))); }
 r0=$(requests); sleep 3; r1=$(requests)
 busy_rate=$(((r1 - r0) * 10 / 9)) # per member per second, x10
 b set active 0 0

@@ -11,7 +11,7 @@
  *     admissions so far.
  * Usage: fleet_member --board FILE --slot N --endpoints URLS --key KEY
  *                     --ceiling C [--lease-ms L] [--threads T] [--band B]
- *                     [--hold-us H]
+ *                     [--hold-us H] [--idle-us I]
  * Runs until SIGTERM (then leaves the fleet) or SIGKILL. */
 #include <turnstile.h>
 #include <turnstile/fleet.h>
@@ -35,7 +35,7 @@
 static struct board *board;
 static struct board_member *me;
 static ts_turnstile *local;
-static int band, hold_us = 1000;
+static int band, hold_us = 1000, idle_us;
 static _Atomic int stopping; /* set by the SIGTERM handler (lock-free), read by every thread */
 
 static void on_term(int sig)
@@ -78,6 +78,8 @@ static void *client(void *arg)
 		atomic_fetch_sub(&board->holders, 1);
 		atomic_fetch_sub(&me->holding, 1);
 		ts_pass_return(&p);
+		if (idle_us)
+			pause_us(idle_us); /* think time: demand comes and goes */
 	}
 	return NULL;
 }
@@ -101,7 +103,8 @@ int main(int argc, char **argv)
 					      { "endpoints", 1, 0, 'e' }, { "key", 1, 0, 'k' },
 					      { "ceiling", 1, 0, 'c' },	  { "lease-ms", 1, 0, 'l' },
 					      { "threads", 1, 0, 't' },	  { "band", 1, 0, 'B' },
-					      { "hold-us", 1, 0, 'h' },	  { 0, 0, 0, 0 } };
+					      { "hold-us", 1, 0, 'h' },	  { "idle-us", 1, 0, 'i' },
+					      { 0, 0, 0, 0 } };
 	const char *path = NULL;
 	char name[32];
 	int slot = -1, threads = 8, o;
@@ -117,6 +120,7 @@ int main(int argc, char **argv)
 		case 't': threads = atoi(optarg); break;
 		case 'B': band = atoi(optarg); break;
 		case 'h': hold_us = atoi(optarg); break;
+		case 'i': idle_us = atoi(optarg); break;
 		default: return 64;
 		}
 	}
