@@ -175,9 +175,7 @@ static void set_local(ts_fleet *f, int64_t ceiling)
 /* Rule 3 at the moment of admission: local grants nothing at or after
  * fresh_until, whichever of our threads runs first after a pause (the
  * turnstile reads the clock under its lock; fastpath.h).  Moved at every
- * renewal, which also serves callers that queued on a stale share.  A
- * process-shared local has no guard (ENOTSUP): there, only the checks
- * below close it, at the fleet thread's first look. */
+ * renewal, which also serves callers that queued on a stale share. */
 static void guard(ts_fleet *f)
 {
 	ts_private_turnstile_guard(f->local, f->fresh_until);
@@ -685,8 +683,11 @@ static bool look(ts_fleet *f)
 	if (!still_fresh(f) || err)
 		return true;
 	err = publish(f, &changed);
-	if (err == EPROTO) /* etcd refused our lease: it is gone */
+	if (err == EPROTO) { /* etcd refused our lease: it is gone, and our key
+			       * with it, so our share may be reclaimed now */
+		set_local(f, 0);
 		f->rejoin = true;
+	}
 	if (!still_fresh(f) || err)
 		return true;
 	err = read_view(f, &v);
@@ -820,11 +821,10 @@ static int join_ledger(ts_fleet *f, int64_t ceiling)
 	return err;
 }
 
-static bool valid_config(const ts_turnstile *local, const ts_fleet_config *c)
+static bool valid_config(const ts_fleet_config *c)
 {
-	int64_t max = ts_shared_is(local) ? TS_SHARED_CONCURRENCY_MAX : TS_CONCURRENCY_MAX;
 	return c && c->endpoints && *c->endpoints && c->key && c->key[0] == '/' &&
-	       strlen(c->key) < 256 && c->ceiling >= 0 && c->ceiling <= max &&
+	       strlen(c->key) < 256 && c->ceiling >= 0 && c->ceiling <= TS_CONCURRENCY_MAX &&
 	       (c->lease_ns == 0 ||
 		(c->lease_ns >= TS_FLEET_LEASE_MIN_NS && c->lease_ns <= TS_FLEET_LEASE_MAX_NS)) &&
 	       (!c->member || (*c->member && strlen(c->member) <= FLEET_MAX_NAME &&
@@ -849,8 +849,16 @@ static void fleet_free(ts_fleet *f)
 
 TS_API ts_fleet *ts_fleet_join(ts_turnstile *local, const ts_fleet_config *cfg)
 {
-	if (!local || !valid_config(local, cfg)) {
+	if (!local || !valid_config(cfg)) {
 		errno = EINVAL;
+		return NULL;
+	}
+	/* A member is one process.  Others admitting through a process-shared
+	 * local would go on admitting on its share after it died (its lease
+	 * expires, the share is reclaimed) or while it is paused: rule 3 would
+	 * not hold for them. */
+	if (ts_shared_is(local)) {
+		errno = ENOTSUP;
 		return NULL;
 	}
 	ts_fleet *f = calloc(1, sizeof(*f));
@@ -927,8 +935,7 @@ TS_API ts_fleet *ts_fleet_join(ts_turnstile *local, const ts_fleet_config *cfg)
  * closed on time. */
 TS_API int ts_fleet_resize(ts_fleet *f, int64_t ceiling)
 {
-	if (!f || ceiling < 0 ||
-	    ceiling > (ts_shared_is(f->local) ? TS_SHARED_CONCURRENCY_MAX : TS_CONCURRENCY_MAX))
+	if (!f || ceiling < 0 || ceiling > TS_CONCURRENCY_MAX)
 		return EINVAL;
 	pthread_mutex_lock(&f->mu);
 	int err = EAGAIN;

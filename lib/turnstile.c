@@ -76,7 +76,9 @@ TS_API void ts_turnstile_free(ts_turnstile *t)
  *    the lock (every change of the word is then under it), and the queue
  *    itself says whether anybody waits;
  *  - a take (enqueue) and a hand-out (drain) read the clock under the lock
- *    and grant nothing once the deadline has passed: the caller queues;
+ *    and grant nothing once the deadline has passed: the caller queues
+ *    (no grant is DECIDED at or after it: a drain reads the clock once per
+ *    wake batch, a critical section of a few hundred nanoseconds);
  *  - moving the deadline drains under the lock, so a caller that queued
  *    while stale (under the lock, before the move) is served by the move,
  *    and one that comes after it reads the new deadline: none is left

@@ -187,7 +187,9 @@ wait_for '[ "$(share 0)" -ge 11 ]' 15 || fail "C's share stayed with it while pa
 admitted_before=$(b get admitted 2)
 b set active 12 2
 kill -CONT "$member2"
-# ... and it gets room back as A shrinks for it
+# ... it fails closed (its share is A's now) and gets room back as A
+# shrinks for it (each step seen on the board, sampled every 5 ms)
+wait_for '[ "$(share 2)" -eq 0 ]' 5 || fail "C kept its stale share after SIGCONT: $(b shares)"
 wait_for '[ "$(share 2)" -ge 3 ]' 15 || fail "C did not rejoin after SIGCONT: $(b shares)"
 [ "$(b get admitted 2)" -gt "$admitted_before" ] || fail "C's clients never ran after SIGCONT"
 check_bound "after a pause past the lease, C's clients racing its first look"

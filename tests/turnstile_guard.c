@@ -44,8 +44,8 @@ Test(turnstile_guard, a_stale_guard_admits_nobody_though_passes_are_free)
 
 	go_stale(t);
 	cr_assert_eq(available(t), 2);
-	/* the inlined fast path (this file is built with it) and the
-	 * library's exported one both refuse */
+	/* the inlined fast path (this file is built with it), then the
+	 * locked take, both refuse */
 	cr_assert_eq(ts_turnstile_wait(t, &mine, TS_DEADLINE_NOW, NULL, &p), ETIMEDOUT);
 	cr_assert_eq(ts_turnstile_wait(t, &mine, in_ms(20), NULL, &p), ETIMEDOUT);
 	/* its leaving emptied the queue: the fast path must still refuse */
@@ -95,16 +95,23 @@ Test(turnstile_guard, a_pass_returned_while_stale_is_kept_free_not_handed_on)
 Test(turnstile_guard, a_fresh_guard_admits_and_counts_as_usual_and_lifting_it_is_clean)
 {
 	ts_turnstile *t = ts_turnstile_new(2);
-	ts_pass a, b, c;
+	ts_pass a, b, c, copy;
 
 	go_fresh(t);
 	cr_assert_eq(ts_turnstile_wait(t, &mine, TS_DEADLINE_NOW, NULL, &a), 0);
 	cr_assert_eq(ts_turnstile_wait(t, &mine, TS_DEADLINE_NOW, NULL, &b), 0);
 	cr_assert_eq(ts_turnstile_wait(t, &mine, TS_DEADLINE_NOW, NULL, &c), ETIMEDOUT);
+	copy = a;
 	ts_pass_return(&a);
-	ts_pass_return(&a); /* a second copy is still ignored */
 	cr_assert_eq(available(t), 1);
+	ts_pass_return(&b);
+	ts_pass_return(&copy); /* a second copy: every pass is free, ignored */
+	cr_assert_eq(available(t), 2, "a copy of a returned pass raised the count");
+	cr_assert_eq(ts_turnstile_wait(t, &mine, TS_DEADLINE_NOW, NULL, &b), 0);
 	cr_assert_eq(ts_private_turnstile_guard(t, 0), 0);
+	/* lifted: WAITERS follows the queue again (empty), so the lock-free
+	 * paths are back */
+	cr_assert_eq(atomic_load(&ts_private_head(t)->word) & TS_PRIVATE_WORD_WAITERS, 0);
 	ts_pass_return(&b);
 	cr_assert_eq(available(t), 2);
 	cr_assert_eq(ts_turnstile_wait(t, &mine, TS_DEADLINE_NOW, NULL, &a), 0);

@@ -21,8 +21,10 @@
  * operation that raises `available` under the lock hands passes to waiters
  * while it is positive, so whenever the lock is free, WAITERS implies
  * available <= 0 — except between the wake batches of a large grow, when
- * passes owed to queued waiters are still being handed out (the fast paths
- * see WAITERS and go to the lock, which drains them in order).  These fast paths act only on a word WITHOUT the WAITERS
+ * passes owed to queued waiters are still being handed out, and while a
+ * freshness guard has passed, when free passes wait for the guard's move
+ * (either way the fast paths see WAITERS and go to the lock, which hands
+ * them out in order).  These fast paths act only on a word WITHOUT the WAITERS
  * bit, by CAS on the whole word: a fast acquire never takes a pass while
  * anyone is queued, and a fast release never adds a pass a queued waiter
  * should have had — a concurrent enqueue sets WAITERS, their CAS fails,

@@ -14,7 +14,11 @@
  * after its last renewal, and its share may go to others once the lease
  * has expired, half a lease later: a pass it still holds then counts
  * twice).  Fail closed: with etcd unreachable a member admits within its
- * share for half the lease, then nobody new until etcd answers again.
+ * share for half the lease, then nobody new until etcd answers again.  A
+ * member's @local grants no pass past that deadline whichever thread asks
+ * first (a process paused past it admits nobody on resume), so while it
+ * belongs to a fleet its waits and returns take the turnstile's lock and
+ * read the clock (tens of nanoseconds).
  *
  * Link with -lturnstile-fleet -lturnstile (pkg-config turnstile-fleet). */
 #ifndef TURNSTILE_FLEET_H
@@ -54,9 +58,11 @@ typedef struct ts_fleet_config {
  * share: join before admitting.
  * Returns the member, or NULL with errno: EINVAL (NULL @local or @cfg, no
  * endpoints or key, a key not starting with '/' or of 256 bytes or more,
- * a ceiling < 0 or above what @local takes (TS_CONCURRENCY_MAX, or
- * TS_SHARED_CONCURRENCY_MAX for a shared turnstile), a lease outside the
+ * a ceiling < 0 or above TS_CONCURRENCY_MAX, a lease outside the
  * bounds above, a member name with '/' or '"' or longer than 200 bytes),
+ * ENOTSUP (@local is process-shared: a member is one process, and the
+ * others would go on admitting on its share after it died or while it is
+ * paused; give each process a member of its own),
  * EEXIST (the fleet exists with another ceiling: a member restarted after
  * ts_fleet_resize must be given the ceiling as it is now), EADDRINUSE (a
  * live member has this name), ECONNREFUSED or ETIMEDOUT (no etcd endpoint
@@ -69,8 +75,8 @@ TS_API ts_fleet *ts_fleet_join(ts_turnstile *local, const ts_fleet_config *cfg);
  * sees it (this one at once, the others at their next look: within 100 ms
  * while shares move, 250 ms at rest): members shrink locally first, and
  * passes already held stay held, so until then the members may admit
- * above the new ceiling.  0, EINVAL (NULL @f, @ceiling < 0 or above what
- * the local turnstile takes), ENOENT (the ledger is gone), EAGAIN (it
+ * above the new ceiling.  0, EINVAL (NULL @f, @ceiling < 0 or above
+ * TS_CONCURRENCY_MAX), ENOENT (the ledger is gone), EAGAIN (it
  * kept changing over 20 tries), or an etcd error as for ts_fleet_join.
  * Blocks for its etcd calls (each at most a sixth of the lease).
  * Thread-safe. */
