@@ -42,14 +42,24 @@ static struct sem_pool spool;
 static ts_notifier *notifier;
 static ts_async async_node = TS_ASYNC_INIT;
 
-static void run_turnstile(long n)
+static void wait_and_return(ts_turnstile *t, long n)
 {
 	for (long i = 0; i < n; i++) {
 		ts_pass p;
-		if (ts_turnstile_wait(turnstile, &claim, 0, NULL, &p) != 0)
+		if (ts_turnstile_wait(t, &claim, 0, NULL, &p) != 0)
 			abort();
 		ts_pass_return(&p);
 	}
+}
+
+static void run_turnstile(long n)
+{
+	wait_and_return(turnstile, n);
+}
+
+static void run_turnstile_fleet(long n)
+{
+	wait_and_return(guarded, n);
 }
 
 static void never_called(ts_async *node, int result, void *arg)
@@ -63,16 +73,6 @@ static void run_turnstile_async(long n)
 		ts_pass p;
 		if (ts_turnstile_wait_async(turnstile, &claim, 0, NULL, notifier, &async_node,
 					    never_called, NULL, &p) != 0)
-			abort();
-		ts_pass_return(&p);
-	}
-}
-
-static void run_turnstile_fleet(long n)
-{
-	for (long i = 0; i < n; i++) {
-		ts_pass p;
-		if (ts_turnstile_wait(guarded, &claim, 0, NULL, &p) != 0)
 			abort();
 		ts_pass_return(&p);
 	}
