@@ -4,7 +4,7 @@
 #   tests/model/turnstile.pml  the word and its fast paths, lock, drain,
 #                              leave, resize, close, the cancel token, free
 #                              after the last return (free takes the lock,
-#                              then waits while busy)
+#                              then waits while busy), the freshness guard
 #   tests/model/waitlist.pml   creation slots, loads, hand-over to the oldest
 #                              taker that is not loading, put, discard,
 #                              close, free as the turnstile's
@@ -49,6 +49,9 @@ pass|turnstile|close|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=1 -DCLOSER=1 -DSPUR=1|close
 pass|turnstile|resize|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=2 -DRS1=0 -DRS2=2 -DSPUR=1|resize 1 -> 0 (available < 0) -> 2 (drain in batches)
 pass|turnstile|resize-close|-DNW=2 -DNR=0 -DCEIL=0 -DDLMASK=0 -DRS1=2 -DCLOSER=1|a grow from 0 racing close
 pass|turnstile|ceiling2|-DNW=2 -DNR=1 -DCEIL=2 -DDLMASK=1 -DRS1=1 -DSPUR=1|ceiling 2 shrunk to 1 under 2 holders, stale ceiling in fast returns
+pass|turnstile|guard|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=1 -DGUARD=1 -DSPUR=1|the freshness guard of the fleet: 2 waiters (1 with a deadline), a releaser, the instant of the guard passing, its move and its lift at any moment
+pass|turnstile|guard-ceiling2|-DNW=2 -DNR=1 -DCEIL=2 -DDLMASK=1 -DGUARD=1|the guard with a pass free at the start: takes under the lock racing the instant
+pass|turnstile|guard-close|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=1 -DGUARD=1 -DCLOSER=1|the guard vs close (WAITERS kept while guarded) vs a deadline
 pass|waitlist|cap1|-DNT=3 -DMAXI=1 -DNPUT=1 -DDLMASK=1 -DSPUR=1|3 takers, max_items 1 (in use), a put
 pass|waitlist|slots|-DNT=3 -DMAXI=2 -DNPUT=1 -DDLMASK=1 -DFAILMASK=2 -DDISCMASK=4|max_items 2: loads, a failing load, a discard, slots passed on
 pass|waitlist|unlimited|-DNT=3 -DMAXI=3 -DNPUT=0 -DDLMASK=4 -DFAILMASK=1 -DSPUR=1|no cap: 3 loaders, a failing load (issue 11 section 3)
@@ -75,6 +78,10 @@ catch|turnstile|MUT_RETURN_DRAINS_CLOSED|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=1 -DCLO
 catch|turnstile|MUT_FREE_WITHOUT_BUSY_WAIT|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=1 -DCLOSER=1|ts_turnstile_free does not wait while busy (close in batches)
 catch|turnstile|MUT_GRANT_EXPIRED|-DNW=3 -DNR=1 -DCEIL=1 -DDLMASK=1|drain grants a head whose deadline has passed (a deadline must mean never after it)
 catch|turnstile|MUT_BUSY_AFTER_UNLOCK|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=2 -DRS1=0 -DRS2=2|busy marked after the unlock that opens a gap (drain in batches)
+catch|turnstile|MUT_GUARD_TAKE_STALE|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=1 -DGUARD=1|enqueue takes a free pass without reading the clock of the guard
+catch|turnstile|MUT_GUARD_DRAIN_STALE|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=1 -DGUARD=1|drain grants without reading the clock of the guard
+catch|turnstile|MUT_GUARD_CLEARS_WAITERS|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=1 -DGUARD=1|a waiter leaving clears WAITERS while guarded: the lock-free take opens
+catch|turnstile|MUT_GUARD_NO_DRAIN|-DNW=2 -DNR=1 -DCEIL=1 -DDLMASK=1 -DGUARD=1|moving or lifting the guard drains nothing: a waiter queued while stale sleeps on beside a free pass
 catch|waitlist|MUT_GIVE_EXPIRED|-DNT=3 -DMAXI=1 -DNPUT=1 -DDLMASK=1 -DSPUR=1|put and a freed slot go to the oldest idle taker even past its deadline
 catch|waitlist|MUT_LOADER_GETS_ITEM|-DNT=3 -DMAXI=3 -DNPUT=0 -DDLMASK=4 -DFAILMASK=1|put and a finished load hand the item to the head, loading or not
 catch|waitlist|MUT_FAILED_LOAD_NO_PASS|-DNT=3 -DMAXI=2 -DNPUT=1 -DDLMASK=1 -DFAILMASK=2 -DDISCMASK=4|a failed load frees its slot without passing it on

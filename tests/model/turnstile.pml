@@ -138,6 +138,22 @@
  * the lock in that window), GRANT_EXPIRED (drain grants a head whose
  * deadline has passed: the rule before issue 21).
  *
+ * THE FRESHNESS GUARD (-DGUARD; ts_private_turnstile_guard, the fleet's):
+ * the turnstile starts guarded (WAITERS set for good); a Guard thread
+ * lets the guard's instant pass at any moment (stale), moves it (lock;
+ * fresh again; drain; unlock_and_wake), and lifts it as its last call
+ * (lock; unguarded; WAITERS follows the queue; drain).  Enqueue takes a
+ * pass only with the queue empty and the guard fresh; drain grants
+ * nothing while stale (C reads the clock once per wake batch; batches of
+ * one here).  CHECKED: no pass is taken or granted while stale, by any
+ * path; the invariants above, with WAITERS set for good while guarded (a
+ * free pass may sit beside a queue while stale); no waiter is left
+ * asleep (a move drains).  MUTATIONS: GUARD_TAKE_STALE (enqueue ignores
+ * the clock), GUARD_DRAIN_STALE (drain ignores it), GUARD_CLEARS_WAITERS
+ * (leave clears WAITERS while guarded: the fast take then takes on a
+ * stale guard), GUARD_NO_DRAIN (moving and lifting the guard drain
+ * nothing: a waiter queued while stale sleeps on).
+ *
  * ABSTRACTED: memory order (every step is sequentially consistent: the
  * happens-before of issue 11 section 1 is for TSan, not for this model);
  * the spinlock's futex sleeping (a lock that waits) and the futex_wake an
@@ -179,10 +195,13 @@
 #ifndef WB
 #define WB 1            /* WAKE_BATCH */
 #endif
+#ifndef GUARD
+#define GUARD 0         /* a freshness guard and its Guard thread (no resizer) */
+#endif
 
 #define DL(w) (((DLMASK) >> (w)) & 1)
 #define CX(w) (((CXMASK) >> (w)) & 1)
-#define NRS ((RS1 >= 0) + (RS2 >= 0))
+#define NRS ((RS1 >= 0) + (RS2 >= 0) + GUARD)   /* the Guard has the resizer's id */
 
 #define QUEUED 0
 #define SLEEPING 1
@@ -205,7 +224,8 @@
 
 /* the turnstile */
 short avail = CEIL - NR;
-bool wbit, cbit;
+bool wbit = GUARD, cbit;
+bool guarded = GUARD, stale;   /* the guard is set; its instant has passed */
 short ceiling = CEIL;
 bool lk;
 byte busy;
@@ -237,8 +257,12 @@ byte nknow[NW];         /* what a node's state carries */
 #define FULL (NWK >= WB)
 
 #define QUEUED_HAS_WAITERS (qlen == 0 || wbit)
-#define UNLOCKED_WAITERS_IFF_QUEUED (lk || wbit == (qlen > 0))
-#define UNLOCKED_NO_IDLE_PASS (lk || busy > 0 || !wbit || avail <= 0)
+#define UNLOCKED_WAITERS_IFF_QUEUED (lk || (guarded -> wbit : wbit == (qlen > 0)))
+#define UNLOCKED_NO_IDLE_PASS (lk || busy > 0 || avail <= 0 || \
+	(guarded -> (qlen == 0 || stale) : !wbit))
+#define NOT_STALE assert(!(guarded && stale))   /* at every take and grant */
+/* WAITERS follows the queue, unless guarded */
+#define FOLLOW_QUEUE if :: qlen == 0 && !guarded -> wbit = false; wrmw() :: else -> skip fi
 #define CONSERVED (held + avail == ceiling)
 
 /* set only when broken, to name the failed check in pan's output */
@@ -350,7 +374,11 @@ inline drain()
 	:: atomic {
 		OBJ;
 		if
-		:: avail > 0 && qlen > 0 && !FULL ->
+#ifndef MUT_GUARD_DRAIN_STALE
+		:: avail > 0 && qlen > 0 && !FULL && !(guarded && stale) ->
+#else
+		:: avail > 0 && qlen > 0 && !FULL ->   /* mutation: no clock */
+#endif
 			assert(!cbit); /* a closed turnstile admits nobody */
 			qpop(h);
 #ifndef MUT_GRANT_EXPIRED
@@ -360,6 +388,7 @@ inline drain()
 #endif
 				/* a deadline means never after it */
 				assert(!(DL(h) && expired[h]));
+				NOT_STALE;
 				avail--; held++; wrmw();
 #ifdef MUT_GRANT_AFTER_UNLOCK
 				pub = pub | B(h); h = 0
@@ -371,8 +400,8 @@ inline drain()
 #endif
 		:: else ->
 			if
-			:: avail > 0 && qlen > 0 -> more = true
-			:: else -> if :: qlen == 0 -> wbit = false; wrmw() :: else -> skip fi
+			:: avail > 0 && qlen > 0 && !(guarded && stale) -> more = true
+			:: else -> FOLLOW_QUEUE
 			fi;
 			h = NONE
 		fi
@@ -513,6 +542,7 @@ proctype Waiter(byte me)
 #else
 			:: !cbit && avail > 0 ->        /* mutation: ignores WAITERS */
 #endif
+				NOT_STALE;
 				avail--; held++; wrmw(); assert(qlen == 0); r = GRANTED; goto returned
 			:: else -> skip
 			fi
@@ -537,6 +567,12 @@ proctype Waiter(byte me)
 		if
 		:: cbit -> r = CLOSEDST
 		:: !cbit && !wbit && avail > 0 -> avail--; held++; wrmw(); r = GRANTED
+#ifndef MUT_GUARD_TAKE_STALE
+		:: !cbit && guarded && qlen == 0 && avail > 0 && !stale ->
+#else
+		:: !cbit && guarded && qlen == 0 && avail > 0 ->   /* mutation: no clock */
+#endif
+			NOT_STALE; avail--; held++; wrmw(); r = GRANTED
 		:: else ->
 			if
 			:: DL(me) && expired[me] -> r = TIMEDOUT
@@ -621,8 +657,11 @@ parked:
 				qremove(me);
 #ifdef MUT_CLEAR_OUTSIDE_LOCK
 				gaps = qlen == 0
-#else
+#elif defined(MUT_GUARD_CLEARS_WAITERS)
+				/* mutation: the queue alone decides, guarded or not */
 				if :: qlen == 0 -> wbit = false; wrmw() :: else -> skip fi
+#else
+				FOLLOW_QUEUE
 #endif
 			fi;
 			s = 0
@@ -691,6 +730,44 @@ proctype Resizer(byte me)
 	finish()
 }
 
+/* ts_private_turnstile_guard: move (fresh again) or lift; drain */
+inline guard_call(lift, last)
+{
+	lock();
+	atomic {
+		OBJ;
+		if
+		:: lift -> guarded = false; FOLLOW_QUEUE
+		:: else -> stale = false
+		fi;
+		if :: last -> effect() :: else -> wrmw() fi;
+		more = !cbit
+	};
+#ifndef MUT_GUARD_NO_DRAIN
+	if
+	:: more -> drain()
+	:: else -> skip
+	fi;
+#else
+	more = false;
+#endif
+	unlock_and_wake()
+}
+
+proctype Guard(byte me)
+{
+	byte h, old, wk, i, k;
+	bool more, gaps;
+	/* its instant passes at any moment (or not before the end), then it
+	 * is moved; then, last, lifted */
+	if
+	:: stale = true; guard_call(false, false)
+	:: skip
+	fi;
+	guard_call(true, true);
+	finish()
+}
+
 proctype Closer(byte me)
 {
 	byte h, old, wk, i, k;
@@ -706,7 +783,8 @@ proctype Closer(byte me)
 		:: else ->
 			more = qlen > 0;
 			if
-			:: !more -> wbit = false; wrmw()
+			:: !more && !guarded -> wbit = false; wrmw()
+			:: !more && guarded -> wrmw()
 #ifndef MUT_BUSY_AFTER_UNLOCK
 			:: more && !gaps -> gaps = true; busy++
 #else
@@ -790,7 +868,11 @@ init
 		:: i < NR -> run Releaser(RELEASER0 + i); i++
 		:: else -> break
 		od;
-		if :: NRS > 0 -> run Resizer(RESIZER) :: else -> skip fi;
+		if
+		:: GUARD -> run Guard(RESIZER)
+		:: !GUARD && NRS > 0 -> run Resizer(RESIZER)
+		:: else -> skip
+		fi;
 		if :: CLOSER -> run Closer(CLOSERID) :: else -> skip fi;
 		if :: CANCELLER -> run Canceller() :: else -> skip fi;
 		i = 0
