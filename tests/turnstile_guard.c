@@ -29,7 +29,7 @@ static void go_fresh(ts_turnstile *t)
 	cr_assert_eq(ts_private_turnstile_guard(t, boottime_ns() + (int64_t)3600 * 1000000000), 0);
 }
 
-Test(turnstile_guard, bad_input_is_einval)
+Test(turnstile_guard, bad_input_is_einval, .timeout = 120)
 {
 	ts_turnstile *t = ts_turnstile_new(1);
 	cr_assert_eq(ts_private_turnstile_guard(NULL, 1), EINVAL);
@@ -37,7 +37,7 @@ Test(turnstile_guard, bad_input_is_einval)
 	ts_turnstile_free(t);
 }
 
-Test(turnstile_guard, a_stale_guard_admits_nobody_though_passes_are_free)
+Test(turnstile_guard, a_stale_guard_admits_nobody_though_passes_are_free, .timeout = 120)
 {
 	ts_turnstile *t = ts_turnstile_new(2);
 	ts_pass p;
@@ -56,7 +56,7 @@ Test(turnstile_guard, a_stale_guard_admits_nobody_though_passes_are_free)
 	ts_turnstile_free(t);
 }
 
-Test(turnstile_guard, callers_queued_while_stale_are_served_when_the_guard_moves)
+Test(turnstile_guard, callers_queued_while_stale_are_served_when_the_guard_moves, .timeout = 120)
 {
 	ts_turnstile *t = ts_turnstile_new(2);
 
@@ -72,7 +72,7 @@ Test(turnstile_guard, callers_queued_while_stale_are_served_when_the_guard_moves
 	ts_turnstile_free(t);
 }
 
-Test(turnstile_guard, a_pass_returned_while_stale_is_kept_free_not_handed_on)
+Test(turnstile_guard, a_pass_returned_while_stale_is_kept_free_not_handed_on, .timeout = 120)
 {
 	ts_turnstile *t = ts_turnstile_new(1);
 	ts_pass held;
@@ -92,7 +92,7 @@ Test(turnstile_guard, a_pass_returned_while_stale_is_kept_free_not_handed_on)
 	ts_turnstile_free(t);
 }
 
-Test(turnstile_guard, a_fresh_guard_admits_and_counts_as_usual_and_lifting_it_is_clean)
+Test(turnstile_guard, a_fresh_guard_admits_and_counts_as_usual_and_lifting_it_is_clean, .timeout = 120)
 {
 	ts_turnstile *t = ts_turnstile_new(2);
 	ts_pass a, b, c, copy;
@@ -120,7 +120,7 @@ Test(turnstile_guard, a_fresh_guard_admits_and_counts_as_usual_and_lifting_it_is
 	ts_turnstile_free(t);
 }
 
-Test(turnstile_guard, close_ends_callers_queued_on_a_stale_guard)
+Test(turnstile_guard, close_ends_callers_queued_on_a_stale_guard, .timeout = 120)
 {
 	ts_turnstile *t = ts_turnstile_new(1);
 
@@ -139,13 +139,15 @@ Test(turnstile_guard, close_ends_callers_queued_on_a_stale_guard)
 
 #define TAKERS 4
 #define CEILING 2
-#define SPELLS 2000
+#define SPELLS 2000          /* at most, and for at most STRESS_NS after the */
+#define MIN_SPELLS 50        /* first MIN_SPELLS (valgrind runs a thread at a time) */
+#define STRESS_NS ((int64_t)2 * 1000000000)
 
 static ts_turnstile *st;
 /* odd: a stale spell; the guard went stale before it turned odd, and is
  * moved only after it turns even again */
 static _Atomic uint64_t spell;
-static _Atomic int holders, over_ceiling, stale_admissions, stop;
+static _Atomic int holders, over_ceiling, stale_admissions, stuck, stop;
 static _Atomic long admissions;
 
 static void *taker(void *arg)
@@ -154,8 +156,13 @@ static void *taker(void *arg)
 	while (!atomic_load(&stop)) {
 		ts_pass p;
 		uint64_t before = atomic_load(&spell);
-		if (ts_turnstile_wait(st, &mine, 0, NULL, &p))
+		/* a deadline far beyond any spell: a wait lost across a
+		 * renewal fails the test instead of hanging it */
+		int r = ts_turnstile_wait(st, &mine, ts_now_ns() + TEST_PATIENCE_NS, NULL, &p);
+		if (r) {
+			atomic_fetch_add(&stuck, 1);
 			continue;
+		}
 		/* admitted in the stale spell its wait began in: a grant on a
 		 * stale guard */
 		if ((before & 1) && atomic_load(&spell) == before)
@@ -169,7 +176,7 @@ static void *taker(void *arg)
 	return NULL;
 }
 
-Test(turnstile_guard, stress_no_grant_in_a_stale_spell_and_none_lost_across_renewals)
+Test(turnstile_guard, stress_no_grant_in_a_stale_spell_and_none_lost_across_renewals, .timeout = 120)
 {
 	pthread_t th[TAKERS];
 
@@ -177,7 +184,8 @@ Test(turnstile_guard, stress_no_grant_in_a_stale_spell_and_none_lost_across_rene
 	go_fresh(st);
 	for (int i = 0; i < TAKERS; i++)
 		start_thread(&th[i], taker, NULL);
-	for (int s = 0; s < SPELLS; s++) {
+	int64_t end = ts_now_ns() + STRESS_NS;
+	for (int s = 0; s < SPELLS && (s < MIN_SPELLS || ts_now_ns() < end); s++) {
 		go_stale(st);
 		atomic_fetch_add(&spell, 1); /* odd */
 		/* the takers run into it: wait until one queued, or a moment */
@@ -196,6 +204,7 @@ Test(turnstile_guard, stress_no_grant_in_a_stale_spell_and_none_lost_across_rene
 	cr_assert_eq(atomic_load(&stale_admissions), 0, "%d admissions on a stale guard",
 		     atomic_load(&stale_admissions));
 	cr_assert_eq(atomic_load(&over_ceiling), 0);
+	cr_assert_eq(atomic_load(&stuck), 0, "a wait outlived every spell: lost across a renewal");
 	cr_assert_eq(available(st), CEILING, "a pass was lost or doubled");
 	cr_assert_eq(queued(st), 0);
 	ts_turnstile_free(st);
