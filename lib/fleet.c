@@ -523,9 +523,8 @@ static bool alone_with_all(const ts_fleet *f)
 static bool put_may_wait(const ts_fleet *f, bool queue, bool over)
 {
 	bool alone = atomic_load_explicit(&f->told_members, memory_order_relaxed) == 1;
-	return f->published && alone &&
-	       (f->share >= f->ceiling || (queue == f->told_queue && over == f->told_over)) &&
-	       now_ns() - f->published_at < FLEET_STALE_NS;
+	return f->published && now_ns() - f->published_at < FLEET_STALE_NS &&
+	       (alone_with_all(f) || (alone && queue == f->told_queue && over == f->told_over));
 }
 
 /* Our member key: our demand now, put when it changed (under our lease)
