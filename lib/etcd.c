@@ -10,6 +10,8 @@
 
 #include <curl/curl.h>
 
+#include "boottime.h"
+
 #define ETCD_MAX_ENDPOINTS 16
 #define ETCD_MAX_ANSWER (8u << 20) /* a ledger of thousands of members fits */
 
@@ -112,13 +114,8 @@ static size_t on_data(char *p, size_t size, size_t n, void *arg)
 	return add;
 }
 
-/* CLOCK_BOOTTIME, as the member's freshness: a suspend counts. */
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_BOOTTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+/* As the member's freshness: a suspend counts. */
+static int64_t boottime_ms(void) { return boottime_ns() / 1000000; }
 
 /* One POST to one endpoint within @budget_ms: 0 (answer in e->buf), or
  * why not. */
@@ -161,7 +158,7 @@ static int call(struct etcd *e, const char *path, json_object *req, json_object 
 	int err = body ? ECONNREFUSED : ENOMEM;
 	/* The timeout is the whole call's, over every endpoint tried: a
 	 * member's look must end within its bound (fleet.c, rule 3). */
-	int64_t end = mono_ms() + e->timeout_ms;
+	int64_t end = boottime_ms() + e->timeout_ms;
 	if (e->deadline_ms && e->deadline_ms < end)
 		end = e->deadline_ms;
 	*resp = NULL;
@@ -171,7 +168,7 @@ static int call(struct etcd *e, const char *path, json_object *req, json_object 
 		/* each endpoint left gets its slice of the time left: one that
 		 * accepts and never answers (a frozen or cut-off node) must not
 		 * eat the time of the live ones after it */
-		long status, budget = (long)(end - mono_ms()) / (e->nurls - k);
+		long status, budget = (long)(end - boottime_ms()) / (e->nurls - k);
 		if (budget <= 0) {
 			err = ETIMEDOUT;
 			break;

@@ -86,6 +86,7 @@
 
 #include <turnstile/shared.h>
 
+#include "boottime.h"
 #include "etcd.h"
 #include "fleet_targets.h"
 #include "probe.h"
@@ -125,7 +126,7 @@ struct ts_fleet {
 	char *published;       /* our member key's value, as last put */
 	bool told_queue;       /* ...and it told callers queued */
 	bool told_over;        /* ...and a demand above our share then */
-	int64_t published_at;  /* ...at this time (now_ns) */
+	int64_t published_at;  /* ...at this time (boottime_ns) */
 	/* what ts_fleet_share tells, without the lock a look holds */
 	_Atomic int64_t told_share, told_members;
 	const ts_turnstile *_Atomic demand; /* ts_fleet_demand_from (NULL: local) */
@@ -152,14 +153,6 @@ static void seen_free(struct seen *s, size_t n)
 		free(s[i].waiting);
 	}
 	free(s);
-}
-
-/* CLOCK_BOOTTIME: a suspended machine's lease runs on at etcd. */
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_BOOTTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* The only writer of local's ceiling (rule 2's local half).  Recorded only
@@ -190,7 +183,7 @@ static int64_t held_now(ts_fleet *f)
 
 static bool fresh(const ts_fleet *f)
 {
-	return now_ns() < f->fresh_until;
+	return boottime_ns() < f->fresh_until;
 }
 
 /* Rule 3's clock, checked after every etcd call and before every raise of
@@ -523,7 +516,7 @@ static bool alone_with_all(const ts_fleet *f)
 static bool put_may_wait(const ts_fleet *f, bool queue, bool over)
 {
 	bool alone = atomic_load_explicit(&f->told_members, memory_order_relaxed) == 1;
-	return f->published && now_ns() - f->published_at < FLEET_STALE_NS &&
+	return f->published && boottime_ns() - f->published_at < FLEET_STALE_NS &&
 	       (alone_with_all(f) || (alone && queue == f->told_queue && over == f->told_over));
 }
 
@@ -565,7 +558,7 @@ static int publish(ts_fleet *f, bool *changed)
 			f->published = copy;
 			f->told_queue = nb > 0;
 			f->told_over = over;
-			f->published_at = now_ns();
+			f->published_at = boottime_ns();
 		} else {
 			free(copy);
 		}
@@ -599,7 +592,7 @@ static int64_t lease_seconds(const ts_fleet *f)
  * us. */
 static int renew(ts_fleet *f)
 {
-	int64_t sent = now_ns(), ttl = 0, lease;
+	int64_t sent = boottime_ns(), ttl = 0, lease;
 	if (sent < f->next_renewal && !f->rejoin)
 		return 0;
 	int err = ts_lib_etcd_lease_keepalive(f->etcd, f->lease_id, &ttl);
@@ -785,7 +778,7 @@ static void *fleet_thread(void *arg)
 		/* a shrink waiting for its holders to fit: they are returning,
 		 * and another member waits for the room */
 		bool shrinking = fresh(f) && !f->pending_rev && f->local_ceiling < f->share;
-		int64_t now = now_ns(),
+		int64_t now = boottime_ns(),
 			wake = now + (shrinking ? FLEET_SHRINK_TICK_NS
 				      : moving ? FLEET_TICK_NS
 					       : FLEET_IDLE_TICK_NS);
@@ -896,7 +889,7 @@ TS_API ts_fleet *ts_fleet_join(ts_turnstile *local, const ts_fleet_config *cfg)
 		err = ENOMEM;
 	else if (!(f->etcd = ts_lib_etcd_new(cfg->endpoints, timeout)))
 		err = errno;
-	int64_t sent = now_ns();
+	int64_t sent = boottime_ns();
 	if (!err)
 		err = ts_lib_etcd_lease_grant(f->etcd, lease_seconds(f), &f->lease_id);
 	if (!err)
@@ -1036,11 +1029,11 @@ TS_API void ts_fleet_leave(ts_fleet *f)
 	 * as a reclaim of others then finds our key gone). */
 	set_local(f, 0);
 	ts_lib_etcd_set_deadline(f->etcd, 0); /* closed: calls get their timeout */
-	int64_t end = now_ns() + f->lease_ns;
+	int64_t end = boottime_ns() + f->lease_ns;
 	int deletes = 0;
 	for (;;) {
 		int64_t held = held_now(f);
-		bool done = held <= 0 || now_ns() >= end;
+		bool done = held <= 0 || boottime_ns() >= end;
 		struct view v;
 		bool wrote = false;
 		renew(f);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "boottime.h"
 #include "busy.h"
 #include "hook.h"
 #include "probe.h"
@@ -85,13 +86,6 @@ TS_API void ts_turnstile_free(ts_turnstile *t)
  *    queued beside a free pass.
  * An unguarded turnstile reads no clock: guard_until is 0.  Model:
  * tests/model/turnstile.pml with -DGUARD (four mutations caught). */
-static int64_t boottime_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_BOOTTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Lock held.  Whether a free pass may go to anybody now. */
 static bool admitting(const ts_turnstile *t)
 {

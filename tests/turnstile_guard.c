@@ -6,18 +6,11 @@
  * the guard while threads take and return: none is admitted in a stale
  * spell that began before its wait. */
 #include <errno.h>
-#include <time.h>
 
+#include "boottime.h" /* the guard's clock, as the library reads it */
 #include "callers.h"
 
 static const ts_claim mine = { 0, 0, 0 };
-
-static int64_t boottime_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_BOOTTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 static void go_stale(ts_turnstile *t)
 {
