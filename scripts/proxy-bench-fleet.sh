@@ -19,7 +19,12 @@
 # Overhead: one pgproxy alone in its fleet against one without --fleet,
 # both with ceiling 12, pgbench -S -c 16 for SECONDS, back to back; the
 # median of the pairs' ratios as well as the ratio of the medians (a noisy
-# VM drifts between repeats), and etcd's CPU during each.
+# VM drifts between repeats), pgproxy's own CPU per transaction, and
+# etcd's CPU during each.  Each run has a pgproxy of its own, started for
+# it (a long-lived pair showed the one started first 4% slower when both
+# were alike), and a control pair of two alike (a: a second run without
+# --fleet) shows how far apart alike runs fall.  The three take turns at
+# running first, second and third: a run's place alone moved its tps by 12%.
 #
 # REPEATS (3) times, configurations alternating; medians (min-max).
 # Writes OUT/proxy-bench-fleet.md (OUT: docs, or results/proxy-bench with
@@ -102,12 +107,9 @@ start_pgproxy() { # name args...: sets port[name]
 for m in A B C; do
 	start_pgproxy "f$m" --fleet "endpoints=$(etcd_endpoints) key=/bench/fleet ceiling=12 member=$m"
 done
-start_pgproxy s --fleet "endpoints=$(etcd_endpoints) key=/bench/solo ceiling=12 member=solo"
-start_pgproxy n --pool-size 12
 for k in fA fB fC bA bB bC; do # warm every pool (a fleet's first login joins it)
 	PGUSER=bench_${k:0:1} pgbench -n -c 4 -t 20 -S -h 127.0.0.1 -p "${port[$k]}" postgres >/dev/null
 done
-for k in s n; do PGUSER=bench_$k pgbench -n -c 4 -t 20 -S -h 127.0.0.1 -p "${port[$k]}" postgres >/dev/null; done
 
 fleet_self() { # SHOW FLEET on proxy $1: its own row (database|member|self|share|held|queued)
 	psql -X -h 127.0.0.1 -p "${port[$1]}" -Atc 'SHOW FLEET' pgproxy 2>/dev/null |
@@ -175,13 +177,26 @@ etcd_ticks() { # CPU ticks (1/100 s) all etcd nodes have used so far
 	for i in 0 1 2; do t=$((t + $(cpu_ticks "$(cat "$etcd_dir/e$i.pid")"))); done
 	echo "$t"
 }
-overhead() { # config repeat
-	local k=$1 o=$work/overhead.$1.$2.out e0
-	e0=$(etcd_ticks)
-	PGUSER=bench_$k pgbench -n -c 16 -j 2 -T "$seconds" -S -h 127.0.0.1 -p "${port[$k]}" postgres >"$o" 2>&1
+overhead() { # config repeat: s --fleet alone, n and a without
+	local k=$1 o=$work/overhead.$1.$2.out e0 p0 pid n
+	if [ "$k" = s ]; then
+		start_pgproxy "$k$2" --fleet "endpoints=$(etcd_endpoints) key=/bench/solo ceiling=12 member=solo$2"
+	else
+		start_pgproxy "$k$2" --pool-size 12
+	fi
+	pid=${pids[-1]}
+	# warm: every server connection made (the member's share is the whole ceiling)
+	PGUSER=bench_s pgbench -n -c 16 -t 50 -S -h 127.0.0.1 -p "${port[$k$2]}" postgres >/dev/null
+	e0=$(etcd_ticks) p0=$(cpu_ticks "$pid")
+	PGUSER=bench_s pgbench -n -c 16 -j 2 -T "$seconds" -S -h 127.0.0.1 -p "${port[$k$2]}" postgres >"$o" 2>&1
+	n=$(txns "$o")
+	record overhead "$k" "pgproxy CPU ms/1000 txns" "$(echo "$(($(cpu_ticks "$pid") - p0)) $n" |
+		awk -v hz="$tck" '{ printf "%.1f", $1 * 1000 / hz * 1000 / $2 }')"
+	record overhead "$k" "etcd CPU s" "$(echo "$(($(etcd_ticks) - e0))" | awk '{ printf "%.2f", $1 / 100 }')"
+	kill -TERM "$pid"
+	wait "$pid" || true
 	failed_ok "$o"
 	record overhead "$k" tps "$(tps_of "$o")"
-	record overhead "$k" "etcd CPU s" "$(echo "$(($(etcd_ticks) - e0))" | awk '{ printf "%.2f", $1 / 100 }')"
 }
 
 at_rest() { # the three members, no load, over SECONDS
@@ -194,11 +209,16 @@ at_rest() { # the three members, no load, over SECONDS
 }
 
 for r in $(seq 1 "$repeats"); do
-	if [ $((r % 2)) -eq 1 ]; then order="f b" solo="s n"; else order="b f" solo="n s"; fi
+	# each of the three runs in each place once every three repeats (where a
+	# run falls moves its tps by more than the cost measured)
+	if [ $((r % 2)) -eq 1 ]; then order="f b"; else order="b f"; fi
+	case $((r % 3)) in 1) solo="s n a" ;; 2) solo="n a s" ;; 0) solo="a s n" ;; esac
 	for k in $order; do moving "$k" "$r"; done
 	for k in $solo; do overhead "$k" "$r"; done
 	# the pair ran back to back: their ratio cancels the drift between repeats
 	record overhead s/n ratio "$(echo "$(tps_of "$work/overhead.s.$r.out") $(tps_of "$work/overhead.n.$r.out")" |
+		awk '{ printf "%.3f", $1 / $2 }')"
+	record overhead a/n ratio "$(echo "$(tps_of "$work/overhead.a.$r.out") $(tps_of "$work/overhead.n.$r.out")" |
 		awk '{ printf "%.3f", $1 / $2 }')"
 	at_rest
 done
@@ -230,13 +250,20 @@ report=$out/proxy-bench-fleet.md
 	echo
 	echo "pgbench -S -c 16, ${seconds} s; ceiling 12 in both."
 	echo
-	echo "| configuration | tps | etcd CPU s (3 nodes) during the run |"
-	echo "|---|---:|---:|"
-	echo "| pgproxy --fleet ceiling=12, alone in its fleet | $(med overhead s tps) | $(med overhead s 'etcd CPU s') |"
-	echo "| pgproxy --pool-size 12 | $(med overhead n tps) | $(med overhead n 'etcd CPU s') |"
+	echo "| configuration | tps | pgproxy CPU ms per 1000 transactions | etcd CPU s (3 nodes) during the run |"
+	echo "|---|---:|---:|---:|"
+	echo "| (s) pgproxy --fleet ceiling=12, alone in its fleet | $(med overhead s tps) |" \
+		"$(med overhead s 'pgproxy CPU ms/1000 txns') | $(med overhead s 'etcd CPU s') |"
+	echo "| (n) pgproxy --pool-size 12 | $(med overhead n tps) | $(med overhead n 'pgproxy CPU ms/1000 txns') |" \
+		"$(med overhead n 'etcd CPU s') |"
+	echo "| (a) pgproxy --pool-size 12 again: the control | $(med overhead a tps) |" \
+		"$(med overhead a 'pgproxy CPU ms/1000 txns') | $(med overhead a 'etcd CPU s') |"
 	echo
 	echo "With --fleet: $(ratio "$(val overhead s tps)" "$(val overhead n tps)")× the tps without it (ratio of the medians);" \
-		"$(med overhead s/n ratio)× as the median of each repeat's back-to-back pair."
+		"$(med overhead s/n ratio)× as the median of each repeat's back-to-back pair;" \
+		"$(ratio "$(val overhead s 'pgproxy CPU ms/1000 txns')" "$(val overhead n 'pgproxy CPU ms/1000 txns')")× pgproxy's CPU per transaction."
+	echo "The control, two alike: $(ratio "$(val overhead a tps)" "$(val overhead n tps)")× (ratio of the medians);" \
+		"$(med overhead a/n ratio)× as the median of the pairs: how far apart alike runs fall on this machine."
 	echo "The etcd CPU without --fleet is the three other members' at rest and raft's own."
 } >"$report"
 cat "$report"
