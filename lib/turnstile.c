@@ -5,7 +5,6 @@
 
 #include <errno.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "boottime.h"
 #include "busy.h"
