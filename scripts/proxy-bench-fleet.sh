@@ -17,7 +17,7 @@
 # (etcd's own gRPC counters, all three nodes) under this load and at rest.
 #
 # Overhead: one pgproxy alone in its fleet against one without --fleet,
-# both with ceiling 12, pgbench -S -c 16 for SECONDS, back to back; the
+# both with ceiling 12, pgbench -S -c 16 for SECONDS, in the same repeat; the
 # median of the pairs' ratios as well as the ratio of the medians (a noisy
 # VM drifts between repeats), pgproxy's own CPU per transaction, and
 # etcd's CPU during each.  Each run has a pgproxy of its own, started for
@@ -70,7 +70,7 @@ EOF
 
 # every configuration its own user: the sampler counts its connections only
 printf '"%s" ""\n' bench bench_f bench_b >"$work/users.txt"
-for k in f b s n; do
+for k in f b s; do
 	psql -X -q -h "$work" -c "create role bench_$k login; grant select on pgbench_accounts, pgbench_branches to bench_$k" postgres
 done
 declare -A port
@@ -215,7 +215,7 @@ for r in $(seq 1 "$repeats"); do
 	case $((r % 3)) in 1) solo="s n a" ;; 2) solo="n a s" ;; 0) solo="a s n" ;; esac
 	for k in $order; do moving "$k" "$r"; done
 	for k in $solo; do overhead "$k" "$r"; done
-	# the pair ran back to back: their ratio cancels the drift between repeats
+	# s, n and a ran in the same repeat: each ratio cancels the drift between repeats
 	record overhead s/n ratio "$(echo "$(tps_of "$work/overhead.s.$r.out") $(tps_of "$work/overhead.n.$r.out")" |
 		awk '{ printf "%.3f", $1 / $2 }')"
 	record overhead a/n ratio "$(echo "$(tps_of "$work/overhead.a.$r.out") $(tps_of "$work/overhead.n.$r.out")" |
@@ -260,7 +260,7 @@ report=$out/proxy-bench-fleet.md
 		"$(med overhead a 'pgproxy CPU ms/1000 txns') | $(med overhead a 'etcd CPU s') |"
 	echo
 	echo "With --fleet: $(ratio "$(val overhead s tps)" "$(val overhead n tps)")× the tps without it (ratio of the medians);" \
-		"$(med overhead s/n ratio)× as the median of each repeat's back-to-back pair;" \
+		"$(med overhead s/n ratio)× as the median of each repeat's pair;" \
 		"$(ratio "$(val overhead s 'pgproxy CPU ms/1000 txns')" "$(val overhead n 'pgproxy CPU ms/1000 txns')")× pgproxy's CPU per transaction."
 	echo "The control, two alike: $(ratio "$(val overhead a tps)" "$(val overhead n tps)")× (ratio of the medians);" \
 		"$(med overhead a/n ratio)× as the median of the pairs: how far apart alike runs fall on this machine."
