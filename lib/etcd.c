@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,7 +23,7 @@ struct etcd {
 	char *buf;
 	size_t len, cap;
 	bool overflow;
-	uint64_t requests;
+	_Atomic uint64_t requests; /* read by tests from any thread */
 	int64_t deadline_ms; /* 0: none */
 };
 
@@ -176,7 +177,7 @@ static int call(struct etcd *e, const char *path, json_object *req, json_object 
 			err = EINVAL;
 			break;
 		}
-		e->requests++;
+		atomic_fetch_add_explicit(&e->requests, 1, memory_order_relaxed);
 		err = post(e, url, body, budget, &status);
 		if (err == ENOMEM || err == EPROTO)
 			break;
@@ -206,7 +207,7 @@ void ts_lib_etcd_set_deadline(struct etcd *e, int64_t deadline_ns)
 
 uint64_t ts_lib_etcd_requests(const struct etcd *e)
 {
-	return e->requests;
+	return atomic_load_explicit(&e->requests, memory_order_relaxed);
 }
 
 /* --- base64, as the gateway carries keys and values ------------------- */

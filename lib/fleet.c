@@ -78,6 +78,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -129,6 +130,7 @@ struct ts_fleet {
 	int64_t published_at;  /* ...at this time (boottime_ns) */
 	/* what ts_fleet_share tells, without the lock a look holds */
 	_Atomic int64_t told_share, told_members;
+	_Atomic uint64_t closings; /* rule 3 failed us closed (tests count them) */
 	const ts_turnstile *_Atomic demand; /* ts_fleet_demand_from (NULL: local) */
 	/* what ts_fleet_members tells: the last look's view of the members,
 	 * swapped in whole under seen_mu, which no etcd call is made under */
@@ -197,8 +199,10 @@ static bool still_fresh(ts_fleet *f)
 		return true;
 	}
 	ts_lib_etcd_set_deadline(f->etcd, 0);
-	if (f->local_ceiling)
+	if (f->local_ceiling) {
 		TS_PROBE2(fleet__closed, f, f->local_ceiling);
+		atomic_fetch_add_explicit(&f->closings, 1, memory_order_relaxed);
+	}
 	set_local(f, 0);
 	return false;
 }
@@ -967,13 +971,15 @@ TS_API int ts_fleet_resize(ts_fleet *f, int64_t ceiling)
 	return err;
 }
 
+/* No lock for these two either: a sampler is never held up by a look. */
 uint64_t ts_lib_fleet_requests(const ts_fleet *f)
 {
-	ts_fleet *m = (ts_fleet *)f; /* for its lock */
-	pthread_mutex_lock(&m->mu);
-	uint64_t n = ts_lib_etcd_requests(m->etcd);
-	pthread_mutex_unlock(&m->mu);
-	return n;
+	return ts_lib_etcd_requests(f->etcd);
+}
+
+uint64_t ts_lib_fleet_closings(const ts_fleet *f)
+{
+	return atomic_load_explicit(&f->closings, memory_order_relaxed);
 }
 
 /* No lock: never behind a look's etcd calls. */

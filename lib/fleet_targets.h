@@ -35,8 +35,11 @@ void ts_lib_fleet_targets(int64_t ceiling, const struct fleet_member *m, size_t 
 			  int64_t *targets);
 
 /* Requests this member has sent to etcd (lib/fleet.c; the tests' traffic
- * figures). */
+ * figures), and how often its clock failed it closed with a share in hand
+ * (rule 3: a renewal late, or a pause past half the lease).  Counters, so
+ * a test that samples them misses no event however briefly it lasted. */
 struct ts_fleet;
 uint64_t ts_lib_fleet_requests(const struct ts_fleet *f);
+uint64_t ts_lib_fleet_closings(const struct ts_fleet *f);
 
 #endif

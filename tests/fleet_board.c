@@ -4,6 +4,9 @@
  *   fleet_board FILE get FIELD [SLOT]        ceiling holders violations worst
  *                                            resized; per slot: active share
  *                                            members admitted pid left
+ *                                            holding requests closings
+ *                                            listed listed_self
+ *                                            listed_shares listed_waiting
  *   fleet_board FILE set FIELD VALUE [SLOT]  ceiling resize_to; active
  *   fleet_board FILE shares                  "slot:share ..." and the sum
  *   fleet_board FILE dead SLOT               a member killed with -9: its
@@ -31,6 +34,7 @@ static _Atomic int64_t *field(struct board *b, const char *name, int slot)
 		  { "members", &m->members },	    { "admitted", &m->admitted },
 		  { "pid", &m->pid },		    { "left", &m->left },
 		  { "holding", &m->holding },	    { "requests", &m->requests },
+		  { "closings", &m->closings },
 		  { "listed", &m->listed },	    { "listed_self", &m->listed_self },
 		  { "listed_shares", &m->listed_shares },
 		  { "listed_waiting", &m->listed_waiting } };

@@ -14,6 +14,7 @@ struct board_member {
 	_Atomic int64_t share, members, admitted, pid, left;
 	_Atomic int64_t holding;  /* its part of holders */
 	_Atomic int64_t requests; /* sent to etcd so far */
+	_Atomic int64_t closings; /* times its clock failed it closed (rule 3) */
 	/* ts_fleet_members, last call: members told, how many were itself,
 	 * their shares summed, callers queued in all of them */
 	_Atomic int64_t listed, listed_self, listed_shares, listed_waiting;

@@ -153,6 +153,7 @@ int main(int argc, char **argv)
 		atomic_store(&me->share, share);
 		atomic_store(&me->members, members);
 		atomic_store(&me->requests, (int64_t)ts_lib_fleet_requests(f));
+		atomic_store(&me->closings, (int64_t)ts_lib_fleet_closings(f));
 		struct listing l = { 0 };
 		int n = ts_fleet_members(f, count_member, &l);
 		atomic_store(&me->listed_self, l.self);
