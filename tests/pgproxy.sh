@@ -19,6 +19,16 @@ pool() { admin 'SHOW POOLS' | awk -F'|' -v col="$1" '$1 == "postgres" { print $c
 pool_is() { [ "$(pool "$1")" = "$2" ]; }
 server_conns() { direct -Atc "select count(*) from pg_stat_activity where $proxy_conns $1" postgres; }
 server_conns_is() { [ "$(server_conns "$1")" "$2" "$3" ]; }
+# Every idle server connection of the proxy's, closed by the server
+# (pg_terminate_backend, as an administrator or idle_session_timeout does):
+# none may be handed to the next client.  Prints how many were closed.
+kill_idle_servers() {
+	killed=$(direct -Atc "select count(pg_terminate_backend(pid)) from pg_stat_activity
+			      where $proxy_conns and state = 'idle'" postgres)
+	[ "$killed" -ge 1 ] || fail "no idle server connection to close"
+	within 10 server_conns_is "and state = 'idle'" -eq 0 || fail "the closed backends did not exit"
+	echo "$killed"
+}
 
 # A psql whose input the test writes line by line (fd 3).
 start_scripted() {
@@ -193,6 +203,12 @@ grep -q 'server connection was lost' "$data/died.out" ||
 [ "$(via -Atc 'select 42' postgres)" = 42 ] || fail "the pool did not recover from a dead server connection"
 ok "a server connection killed mid-transaction: the client gets \"$(grep -o 'pgproxy: the server connection[^"]*' "$data/died.out" | head -1)\", the pool recovers"
 
+# ---- server connections the server closes while idle (two loops: the
+# taker's peek finds each closed)
+killed=$(kill_idle_servers)
+[ "$(via -Atc 'select 42' postgres 2>&1)" = 42 ] || fail "a client was handed a closed server connection"
+ok "$killed idle server connections closed by the server: the next client is served on a new one"
+
 admin 'SHOW BANDS' >"$data/bands"
 stop_proxy signal
 ok "SIGTERM: the proxy exits 0 ($(awk -F'|' '{ n += $3 } END { print n }' "$data/bands") transactions admitted)"
@@ -248,7 +264,21 @@ grep -q '^number of failed transactions: 0 ' "$data/lifetime.log" || fail "--ser
 ok "--server-lifetime 2s: $pids server connections served 5 s of pgbench (retired when idle, 0 failed)"
 stop_proxy signal
 
-# ---- proxy D: a server that accepts and never answers
+# ---- proxy D: one loop, which watches its idle server connections: one
+# the server closes is dropped at once, without a client asking for it,
+# and never handed out
+start_proxy --pool-size 3
+pgbench -n -c 3 -t 20 -S -h 127.0.0.1 -p "$port" postgres >"$data/idle_kill.log" 2>&1 ||
+	{ cat "$data/idle_kill.log"; fail "pgbench through proxy D"; }
+idle_servers() { [ "$(pool 5)" -ge 1 ] && [ "$(pool 5)" = "$(pool 4)" ]; }
+within 10 idle_servers || fail "proxy D: $(pool 4) server connections, $(pool 5) idle"
+killed=$(kill_idle_servers)
+within 5 pool_is 4 0 || fail "proxy D kept $(pool 4) server connections the server closed"
+[ "$(via -Atc 'select 42' postgres 2>&1)" = 42 ] || fail "a client was handed a closed server connection"
+ok "one loop: $killed idle server connections closed by the server are dropped unasked, the next client is served"
+stop_proxy signal
+
+# ---- proxy E: a server that accepts and never answers
 /usr/bin/python3 -c '
 import socket, sys, time
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(16)
@@ -268,7 +298,7 @@ within 10 test -s "$data/silent.port" || fail "the silent server did not start"
 "$proxy" --listen 127.0.0.1:0 --server "host=127.0.0.1 port=$(cat "$data/silent.port")" \
 	--auth-type trust --admin-users pgproxy --server-connect-timeout 1s --client-login-timeout 10s 2>"$data/proxy.log" &
 proxy_pid=$!
-within 20 grep -q 'listening on' "$data/proxy.log" || fail "proxy D did not start"
+within 20 grep -q 'listening on' "$data/proxy.log" || fail "proxy E did not start"
 port=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$data/proxy.log")
 t0=$(now_ms)
 via -Atc 'select 1' postgres >"$data/silent.out" 2>&1 && fail "a client was served by a silent server"

@@ -582,7 +582,8 @@ static void apply_params(struct client *c)
 static void link_server(struct client *c, struct server *s)
 {
 	c->srv = s;
-	c->sw.fd = s->fd;
+	s->user = c;
+	s->w.loop = c->w.loop; /* unchanged with one loop; else it was unwatched */
 	set_state(c, C_LINKED);
 	c->status = 'I';
 	c->ext_open = c->param_failed = false;
@@ -753,12 +754,12 @@ void client_retry(struct client *c)
 	}
 }
 
-/* Unhook the server from the client (and from this loop's epoll). */
+/* Unhook the server from the client: from here on an event for it is an
+ * idle one (server_event), until server_put or server_destroy. */
 static struct server *client_unhook(struct client *c)
 {
 	struct server *s = c->srv;
-	watch_set(&c->sw, 0);
-	c->sw.fd = -1;
+	s->user = NULL;
 	c->srv = NULL;
 	if (c->registered)
 		cancel_set_server(c, 0, 0);
@@ -769,7 +770,7 @@ void client_release(struct client *c)
 {
 	struct server *s = client_unhook(c);
 	set_state(c, C_IDLE);
-	pool_put_server(s);
+	server_put(c->w.loop, s);
 	ts_pass_return(&c->pass);
 	if (c->param_failed) {
 		const struct pg_error *e = &c->param_err;
@@ -1599,7 +1600,6 @@ struct client *client_new(struct loop *l, int fd)
 		return NULL;
 	}
 	c->w = (struct watch){ .kind = K_CLIENT, .fd = fd, .loop = l };
-	c->sw = (struct watch){ .kind = K_SERVER, .fd = -1, .loop = l };
 	c->node = (ts_async)TS_ASYNC_INIT;
 	c->pass = c->conn_pass = (ts_pass)TS_PASS_NONE;
 	if (P.cfg.login_timeout_ns)
@@ -1692,7 +1692,8 @@ static void update_masks(struct client *c)
 		reading = buf_len(&c->out) < OUT_BOUND && buf_len(&s->in) < IN_BOUND;
 		sm = (reading ? EPOLLRDHUP : 0) | tls_events(&s->tls, reading, buf_len(&s->out) > 0);
 	}
-	watch_set(&c->sw, sm);
+	if (s)
+		watch_set(&s->w, sm);
 }
 
 /* The linked server's bytes, as far as the bounds let them in; a lost
@@ -1810,10 +1811,17 @@ void client_event(struct client *c, uint32_t events)
 
 void server_event(struct watch *w, uint32_t events)
 {
-	(void)events;
-	struct client *c = container_of(w, struct client, sw);
-	if (c->w.dead || !c->srv)
-		return; /* stale: the connection went back or was closed in this batch */
+	struct server *s = container_of(w, struct server, w);
+	struct client *c = s->user;
+	if (!c) { /* idle: closed by the server, or it spoke unasked */
+		if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+			s->broken = true;
+			watch_set(w, 0); /* level-triggered: no more of it */
+		}
+		return; /* (a writable hint left from its last transaction) */
+	}
+	if (c->w.dead || c->srv != s)
+		return; /* stale: the client was closed in this batch */
 	if (c->state == C_CONNECTING)
 		server_startup_io(c);
 	else if (c->state == C_LINKED)
@@ -1844,6 +1852,8 @@ void conn_free(struct watch *w)
 		buf_free(&c->out);
 		stmt_map_free(c->stmts);
 		free(c);
+	} else if (w->kind == K_SERVER) {
+		free(container_of(w, struct server, w));
 	} else if (w->kind == K_CANCEL) {
 		cancel_free(w);
 	} else if (w->kind == K_CLOSER) {

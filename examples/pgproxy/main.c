@@ -513,6 +513,7 @@ static void *loop_run(void *arg)
 			perror("pgproxy: epoll_wait");
 			abort();
 		}
+		l->in_batch = true;
 		for (int i = 0; i < n; i++) {
 			struct watch *w = ev[i].data.ptr;
 			if (w->dead)
@@ -558,6 +559,8 @@ static void *loop_run(void *arg)
 				break;
 			}
 		}
+		l->in_batch = false;
+		server_put_after_batch(l);
 		loop_retries(l);
 		int64_t now = ts_now_ns();
 		if (sharer && now >= next_share) {

@@ -515,6 +515,8 @@ struct loop {
 	struct client *clients; /* every client of this loop, doubly linked */
 	int nclients, ncancels;
 	struct watch *zombies;  /* freed after the current batch of events */
+	struct server *puts;    /* servers let go in this batch (more than one loop) */
+	bool in_batch;          /* handling epoll_wait's events */
 	bool stopping;          /* this loop has seen the shutdown */
 	int64_t accept_paused_until; /* out of file descriptors: 0 when accepting */
 	int64_t next_tick;
@@ -592,6 +594,17 @@ struct rq {
 #define RQ_MAX 16384 /* requests in flight per connection: the client waits beyond */
 
 struct server {
+	/* Its socket, watched by one loop: the linking client's (w.loop)
+	 * while linked.  Given back, it stays registered on that loop while
+	 * idle when there is only one loop (an idle server's close or stray
+	 * bytes come as an event: no epoll_ctl and no peek per transaction);
+	 * with more loops it is deregistered and put back after the batch
+	 * (server_put_after_batch).  Freed after the batch of the loop it is
+	 * registered on, never under an event that loop still holds. */
+	struct watch w;
+	struct client *user;     /* linked (or connecting) client; NULL: idle */
+	struct server *put_next; /* a loop's puts after the batch */
+	bool broken;             /* an event came while idle: not reused */
 	struct upool *up;
 	int fd;
 	enum { S_CONNECTING, S_SSL, S_STARTUP, S_READY } state; /* S_SSL: SSLRequest sent */
@@ -620,6 +633,10 @@ struct server {
 struct server *server_new(struct upool *u); /* NULL: out of memory */
 void server_destroy(struct server *s);      /* closes it and gives its place back */
 bool server_usable(struct server *s);
+/* A server its client let go, linked on loop l: back in the pool, at once
+ * with one loop or outside a batch, else after l's batch (l's thread). */
+void server_put(struct loop *l, struct server *s);
+void server_put_after_batch(struct loop *l);
 /* The proxy's own request on a linked connection (SETs, Parse, Close). */
 struct rq *rq_push(struct server *s, enum rq_kind kind, uint16_t flags); /* NULL: oom */
 bool rq_full(const struct server *s);
@@ -647,8 +664,7 @@ enum cstate {
 };
 
 struct client {
-	struct watch w;  /* the client's socket */
-	struct watch sw; /* the socket of the server connection it uses */
+	struct watch w;  /* the client's socket (its server's is in struct server) */
 	struct client *prev, *next, *cancel_next;
 	enum cstate state;
 	bool login;          /* acquiring to learn or check the login's parameters */

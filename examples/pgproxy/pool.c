@@ -297,7 +297,8 @@ static bool expired(void *item, void *arg)
 {
 	const struct server *s = item;
 	int64_t now = *(const int64_t *)arg;
-	return (P.cfg.idle_timeout_ns && now - s->idle_since_ns >= P.cfg.idle_timeout_ns) ||
+	return s->broken || /* the server closed it while idle (one loop) */
+	       (P.cfg.idle_timeout_ns && now - s->idle_since_ns >= P.cfg.idle_timeout_ns) ||
 	       (P.cfg.lifetime_ns && now - s->created_ns >= P.cfg.lifetime_ns);
 }
 
@@ -392,8 +393,11 @@ void pools_free(void)
 		if (!p)
 			continue;
 		/* the last connection of a pool no login succeeded on frees it */
-		while (P.pools[i] == p && (s = take_idle_other(p, NULL)))
+		while (P.pools[i] == p && (s = take_idle_other(p, NULL))) {
+			s->w.mask = 0; /* one loop: it was watched idle, by an epoll */
+			s->w.loop = NULL; /* set closed with its loop: nothing to undo */
 			server_destroy(s);
+		}
 		if (!P.pools[i]) /* freed with its last user */
 			continue;
 		if (p->users) {

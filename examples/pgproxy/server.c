@@ -2,10 +2,11 @@
 /* pgproxy: server connections.
  *
  * A connection is made for a client holding a pass (C_CONNECTING), then
- * moves between clients through its user's waitlist; epoll never points at
- * one: its fd is watched through `sw`, a watch embedded in the client using
- * it, and every event is only a hint (death is decided by read and write
- * results).
+ * moves between clients through its user's waitlist.  Its fd is watched
+ * through its own `w` (struct server says by which loop, and when): an
+ * event goes to its linked client, and is only a hint there (death is
+ * decided by read and write results); an event while idle means the
+ * server closed it or spoke unasked, and it is not reused.
  *
  * The relay from the server keeps a queue of what its responses answer,
  * one entry per request sent, in order (`rq`).  That is what lets the
@@ -48,6 +49,7 @@ struct server *server_new(struct upool *u)
 	upool_hold(u);
 	s->up = u;
 	s->fd = -1;
+	s->w = (struct watch){ .kind = K_SERVER, .fd = -1 };
 	s->conn_pass = (ts_pass)TS_PASS_NONE;
 	s->close_for = -1;
 	s->created_ns = ts_now_ns();
@@ -62,10 +64,30 @@ static void rq_drop(struct rq *e)
 	*e = (struct rq){ 0 };
 }
 
+/* Who may free a server: with w.loop set, only that loop's thread may
+ * destroy it (its client, or with one loop every destroy), and an event of
+ * the batch it is in may still point at it: freed after the batch.
+ * Without, no loop watches it and none holds an event for it (put after
+ * the batch it was let go in): freed now, by any thread. */
+static void server_free(struct server *s)
+{
+	struct loop *l = s->w.loop;
+	if (!l) {
+		free(s);
+		return;
+	}
+	watch_set(&s->w, 0);
+	s->w.fd = -1; /* the fd is closed or lingers (conns.c): not the watch's */
+	s->w.dead = true;
+	s->w.zombie_next = l->zombies;
+	l->zombies = &s->w;
+}
+
 /* Close a server connection, give its creation slot and its place under
  * the ceiling back (every connection was made through both). */
 void server_destroy(struct server *s)
 {
+	watch_set(&s->w, 0); /* before the fd is closed or handed on */
 	if (s->fd >= 0) {
 		if (s->state == S_READY) { /* tell the server: no "unexpected EOF" in its log */
 			struct buf bye = { 0 };
@@ -90,7 +112,7 @@ void server_destroy(struct server *s)
 	buf_free(&s->params);
 	srv_stmts_free(s->stmts);
 	ts_pass_return(&s->conn_pass); /* --processes: to whoever waits, in any worker */
-	free(s);
+	server_free(s);
 	pool_release_conn(u->pool);
 	ts_waitlist_discard(u->conns);
 	upool_put(u);
@@ -100,8 +122,39 @@ void server_destroy(struct server *s)
  * which would be one more system call per transaction on a busy pool: a
  * server that closes it within the window costs the client that
  * transaction (08006), as one closing just after a peek always could.
- * (pgbouncer's server_check_delay is the same trade, at 30 s.) */
+ * (pgbouncer's server_check_delay is the same trade, at 30 s.)  A server
+ * watched while idle needs no peek: its close is an event, and the window
+ * is the rest of the loop's batch. */
 #define UNCHECKED_REUSE_NS ((int64_t)1000000)
+
+void server_put(struct loop *l, struct server *s)
+{
+	if (P.cfg.threads == 1) { /* registered idle on its only loop */
+		watch_set(&s->w, EPOLLIN | EPOLLRDHUP); /* as linked: no call */
+		pool_put_server(s);
+		return;
+	}
+	/* Another loop may take it from the pool and link or free it: this
+	 * loop lets go of it first, and of any event for it in its batch. */
+	watch_set(&s->w, 0);
+	if (!l->in_batch) {
+		s->w.loop = NULL;
+		pool_put_server(s);
+		return;
+	}
+	s->put_next = l->puts;
+	l->puts = s;
+}
+
+void server_put_after_batch(struct loop *l)
+{
+	while (l->puts) {
+		struct server *s = l->puts;
+		l->puts = s->put_next;
+		s->w.loop = NULL; /* no event of l's left for it: any loop may have it */
+		pool_put_server(s);
+	}
+}
 
 /* An idle connection taken from the pool is usable when it is not past
  * its lifetime and the server has not closed it (or said anything) since. */
@@ -111,9 +164,9 @@ bool server_usable(struct server *s)
 	int64_t now = ts_now_ns();
 	if (P.cfg.lifetime_ns && now - s->created_ns >= P.cfg.lifetime_ns)
 		return false;
-	if (tls_holds(&s->tls) || tls_broken(&s->tls))
+	if (s->broken || tls_holds(&s->tls) || tls_broken(&s->tls))
 		return false; /* the server said something, or closed: OpenSSL saw it */
-	if (now - s->idle_since_ns < UNCHECKED_REUSE_NS)
+	if (s->w.mask || now - s->idle_since_ns < UNCHECKED_REUSE_NS)
 		return true;
 	ssize_t n = recv(s->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
 	return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
@@ -480,7 +533,9 @@ void server_start(struct client *c, struct server *s)
 	s->state = S_CONNECTING;
 	s->deadline_ns = P.cfg.connect_timeout_ns ? ts_now_ns() + P.cfg.connect_timeout_ns : 0;
 	s->fd = socket(P.server_addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	c->sw.fd = s->fd;
+	s->user = c;
+	s->w.fd = s->fd;
+	s->w.loop = c->w.loop;
 	if (s->fd < 0) {
 		client_server_failed_msg(c, "08001", "pgproxy: socket: %s", strerror(errno));
 		return;
