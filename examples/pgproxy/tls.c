@@ -211,6 +211,7 @@ static int tls_retry(struct tls *t, int r, uint32_t *needs)
 int tls_read(struct tls *t, struct buf *b, size_t limit)
 {
 	int got = 0;
+	bool handshaking = !SSL_is_init_finished(t->ssl);
 	t->read_needs = 0;
 	while (buf_len(b) < limit) {
 		size_t want = limit - buf_len(b) < READ_CHUNK ? limit - buf_len(b) : READ_CHUNK;
@@ -230,6 +231,13 @@ int tls_read(struct tls *t, struct buf *b, size_t limit)
 			return got ? 1 : -1; /* what came before the end is handled first */
 		}
 	}
+	/* A write that waited to read may have been freed by what this read
+	 * took in (the handshake it waited for finished here, or records
+	 * came): watched for EPOLLIN still, it would wait for bytes the peer
+	 * never sends, as the peer waits for ours.  EPOLLOUT, which comes at
+	 * once, has it tried again; it says again if it still needs to read. */
+	if (t->write_needs == EPOLLIN && (got || (handshaking && SSL_is_init_finished(t->ssl))))
+		t->write_needs = 0;
 	return got;
 }
 
