@@ -755,7 +755,7 @@ void client_retry(struct client *c)
 }
 
 /* Unhook the server from the client: from here on an event for it is an
- * idle one (server_event), until server_put or server_destroy. */
+ * idle one (server_event) until a client links it again. */
 static struct server *client_unhook(struct client *c)
 {
 	struct server *s = c->srv;
@@ -770,8 +770,7 @@ void client_release(struct client *c)
 {
 	struct server *s = client_unhook(c);
 	set_state(c, C_IDLE);
-	server_put(c->w.loop, s);
-	ts_pass_return(&c->pass);
+	server_put(c->w.loop, s, &c->pass);
 	if (c->param_failed) {
 		const struct pg_error *e = &c->param_err;
 		client_fatal(c, e->code[0] ? e->code : "22023", "%s", e->message);

@@ -594,16 +594,18 @@ struct rq {
 #define RQ_MAX 16384 /* requests in flight per connection: the client waits beyond */
 
 struct server {
-	/* Its socket, watched by one loop: the linking client's (w.loop)
-	 * while linked.  Given back, it stays registered on that loop while
-	 * idle when there is only one loop (an idle server's close or stray
-	 * bytes come as an event: no epoll_ctl and no peek per transaction);
-	 * with more loops it is deregistered and put back after the batch
-	 * (server_put_after_batch).  Freed after the batch of the loop it is
-	 * registered on, never under an event that loop still holds. */
+	/* Its socket, watched by the loop of the client using it (w.loop).
+	 * Given back with one loop, it stays registered there while idle (no
+	 * epoll_ctl per transaction; an idle server's close or stray bytes
+	 * come as an event and mark it broken).  With more loops it leaves
+	 * the set, and goes back to the pool after the loop's batch when it
+	 * was let go inside one (server_put_after_batch): w.loop is NULL from
+	 * then on.  With w.loop set it is freed after that loop's batch (only
+	 * that loop's thread destroys it), else at once. */
 	struct watch w;
 	struct client *user;     /* linked (or connecting) client; NULL: idle */
-	struct server *put_next; /* a loop's puts after the batch */
+	struct server *put_next; /* a loop's puts after the batch... */
+	ts_pass put_pass;        /* ...each with its client's pass, returned after it */
 	bool broken;             /* an event came while idle: not reused */
 	struct upool *up;
 	int fd;
@@ -633,9 +635,10 @@ struct server {
 struct server *server_new(struct upool *u); /* NULL: out of memory */
 void server_destroy(struct server *s);      /* closes it and gives its place back */
 bool server_usable(struct server *s);
-/* A server its client let go, linked on loop l: back in the pool, at once
- * with one loop or outside a batch, else after l's batch (l's thread). */
-void server_put(struct loop *l, struct server *s);
+/* A server its client let go, linked on loop l, back in the pool, then the
+ * client's pass returned (*pass: none after): at once with one loop or
+ * outside a batch, else after l's batch (l's thread). */
+void server_put(struct loop *l, struct server *s, ts_pass *pass);
 void server_put_after_batch(struct loop *l);
 /* The proxy's own request on a linked connection (SETs, Parse, Close). */
 struct rq *rq_push(struct server *s, enum rq_kind kind, uint16_t flags); /* NULL: oom */

@@ -277,7 +277,7 @@ void pool_put_server(struct server *s)
 	s->idle_since_ns = now;
 	if (p->conn_turns && conns_claim_close(p->id, p->conn_turns))
 		s->close_for = p->id; /* another worker's waiter wants it more */
-	if (s->close_for >= 0 || s->dirty || old || atomic_load(&p->conns) > atomic_load(&p->size) ||
+	if (s->close_for >= 0 || s->dirty || s->broken || old || atomic_load(&p->conns) > atomic_load(&p->size) ||
 	    buf_len(&s->in) || tls_holds(&s->tls) || tls_broken(&s->tls) ||
 	    buf_len(&s->out) || s->rl.left || s->rq_len || !ts_waitlist_put(s->up->conns, s))
 		server_destroy(s);
@@ -297,7 +297,7 @@ static bool expired(void *item, void *arg)
 {
 	const struct server *s = item;
 	int64_t now = *(const int64_t *)arg;
-	return s->broken || /* the server closed it while idle (one loop) */
+	return s->broken || /* the server closed it (or spoke) while idle */
 	       (P.cfg.idle_timeout_ns && now - s->idle_since_ns >= P.cfg.idle_timeout_ns) ||
 	       (P.cfg.lifetime_ns && now - s->created_ns >= P.cfg.lifetime_ns);
 }

@@ -50,7 +50,7 @@ struct server *server_new(struct upool *u)
 	s->up = u;
 	s->fd = -1;
 	s->w = (struct watch){ .kind = K_SERVER, .fd = -1 };
-	s->conn_pass = (ts_pass)TS_PASS_NONE;
+	s->conn_pass = s->put_pass = (ts_pass)TS_PASS_NONE;
 	s->close_for = -1;
 	s->created_ns = ts_now_ns();
 	return s;
@@ -122,16 +122,19 @@ void server_destroy(struct server *s)
  * which would be one more system call per transaction on a busy pool: a
  * server that closes it within the window costs the client that
  * transaction (08006), as one closing just after a peek always could.
- * (pgbouncer's server_check_delay is the same trade, at 30 s.)  A server
- * watched while idle needs no peek: its close is an event, and the window
- * is the rest of the loop's batch. */
+ * (pgbouncer's server_check_delay is the same trade, at 30 s.)  With one
+ * loop an idle connection is watched too, and a close the loop has handled
+ * marks it (broken); the peek still finds one whose event the loop has not
+ * handled yet (later in its batch, or after its epoll_wait). */
 #define UNCHECKED_REUSE_NS ((int64_t)1000000)
 
-void server_put(struct loop *l, struct server *s)
+/* The pass encloses the connection (pool.c): s goes back, then *pass. */
+void server_put(struct loop *l, struct server *s, ts_pass *pass)
 {
-	if (P.cfg.threads == 1) { /* registered idle on its only loop */
-		watch_set(&s->w, EPOLLIN | EPOLLRDHUP); /* as linked: no call */
+	if (P.cfg.threads == 1) { /* stays registered, idle, on its only loop */
+		watch_set(&s->w, EPOLLIN | EPOLLRDHUP); /* a linked one's reading mask: mostly no call */
 		pool_put_server(s);
+		ts_pass_return(pass);
 		return;
 	}
 	/* Another loop may take it from the pool and link or free it: this
@@ -140,8 +143,11 @@ void server_put(struct loop *l, struct server *s)
 	if (!l->in_batch) {
 		s->w.loop = NULL;
 		pool_put_server(s);
+		ts_pass_return(pass);
 		return;
 	}
+	s->put_pass = *pass; /* returned after s, at the flush */
+	*pass = (ts_pass)TS_PASS_NONE;
 	s->put_next = l->puts;
 	l->puts = s;
 }
@@ -150,9 +156,12 @@ void server_put_after_batch(struct loop *l)
 {
 	while (l->puts) {
 		struct server *s = l->puts;
+		ts_pass pass = s->put_pass;
 		l->puts = s->put_next;
+		s->put_pass = (ts_pass)TS_PASS_NONE;
 		s->w.loop = NULL; /* no event of l's left for it: any loop may have it */
-		pool_put_server(s);
+		pool_put_server(s); /* (which may free s) */
+		ts_pass_return(&pass);
 	}
 }
 
@@ -166,7 +175,7 @@ bool server_usable(struct server *s)
 		return false;
 	if (s->broken || tls_holds(&s->tls) || tls_broken(&s->tls))
 		return false; /* the server said something, or closed: OpenSSL saw it */
-	if (s->w.mask || now - s->idle_since_ns < UNCHECKED_REUSE_NS)
+	if (now - s->idle_since_ns < UNCHECKED_REUSE_NS)
 		return true;
 	ssize_t n = recv(s->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
 	return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
