@@ -1808,16 +1808,32 @@ void client_event(struct client *c, uint32_t events)
 	client_drive(c);
 }
 
+/* An event for an idle server connection, which may be stale: a writable
+ * hint left from its last transaction, or readable with the bytes already
+ * taken in this batch (OpenSSL reads ahead for a client's driver, whose
+ * transaction then ended).  Only a hangup, or bytes or an end still in
+ * the socket (a peek, on this rare event only), say it is gone. */
+static bool server_idle_event_says_gone(struct server *s, uint32_t events)
+{
+	char byte;
+	if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+		return true;
+	if (!(events & EPOLLIN))
+		return false;
+	ssize_t n = recv(s->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+	return !(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+}
+
 void server_event(struct watch *w, uint32_t events)
 {
 	struct server *s = container_of(w, struct server, w);
 	struct client *c = s->user;
 	if (!c) { /* idle: closed by the server, or it spoke unasked */
-		if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+		if (server_idle_event_says_gone(s, events)) {
 			s->broken = true;
 			watch_set(w, 0); /* level-triggered: no more of it */
 		}
-		return; /* (a writable hint left from its last transaction) */
+		return;
 	}
 	if (c->w.dead || c->srv != s)
 		return; /* stale: the client was closed in this batch */
