@@ -1813,15 +1813,11 @@ void client_event(struct client *c, uint32_t events)
  * taken in this batch (OpenSSL reads ahead for a client's driver, whose
  * transaction then ended).  Only a hangup, or bytes or an end still in
  * the socket (a peek, on this rare event only), say it is gone. */
-static bool server_idle_event_says_gone(struct server *s, uint32_t events)
+static bool server_idle_event_says_gone(const struct server *s, uint32_t events)
 {
-	char byte;
 	if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
 		return true;
-	if (!(events & EPOLLIN))
-		return false;
-	ssize_t n = recv(s->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-	return !(n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK));
+	return (events & EPOLLIN) && !server_socket_quiet(s);
 }
 
 void server_event(struct watch *w, uint32_t events)

@@ -635,6 +635,7 @@ struct server {
 struct server *server_new(struct upool *u); /* NULL: out of memory */
 void server_destroy(struct server *s);      /* closes it and gives its place back */
 bool server_usable(struct server *s);
+bool server_socket_quiet(const struct server *s); /* a peek: nothing, and no end, in its socket */
 /* A server its client let go, linked on loop l, back in the pool, then the
  * client's pass returned (*pass: none after): at once with one loop or
  * outside a batch, else after l's batch (l's thread). */

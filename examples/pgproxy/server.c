@@ -165,11 +165,17 @@ void server_put_after_batch(struct loop *l)
 	}
 }
 
+bool server_socket_quiet(const struct server *s)
+{
+	char byte;
+	ssize_t n = recv(s->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+	return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
 /* An idle connection taken from the pool is usable when it is not past
  * its lifetime and the server has not closed it (or said anything) since. */
 bool server_usable(struct server *s)
 {
-	char byte;
 	int64_t now = ts_now_ns();
 	if (P.cfg.lifetime_ns && now - s->created_ns >= P.cfg.lifetime_ns)
 		return false;
@@ -177,8 +183,7 @@ bool server_usable(struct server *s)
 		return false; /* the server said something, or closed: OpenSSL saw it */
 	if (now - s->idle_since_ns < UNCHECKED_REUSE_NS)
 		return true;
-	ssize_t n = recv(s->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-	return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+	return server_socket_quiet(s);
 }
 
 bool server_idle(const struct server *s)
