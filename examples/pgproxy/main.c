@@ -492,10 +492,26 @@ static bool any_retry(const struct loop *l)
 	return false;
 }
 
+/* Events of servers idle when the batch began (watched by their only
+ * loop) go first: a close among them marks its connection broken before
+ * any handler of this batch can take it from the pool, so server_usable
+ * may trust the mark without a peek.  Handled ones are blanked. */
+static void idle_server_events_first(struct epoll_event *ev, int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct watch *w = ev[i].data.ptr;
+		if (w->kind != K_SERVER || w->dead || container_of(w, struct server, w)->user)
+			continue;
+		server_event(w, ev[i].events);
+		ev[i].data.ptr = NULL;
+	}
+}
+
 static void *loop_run(void *arg)
 {
 	struct loop *l = arg;
 	struct epoll_event ev[64];
+	const int batch = (int)(sizeof(ev) / sizeof(ev[0]));
 	l->next_tick = ts_now_ns() + TICK_NS;
 	bool sharer = l->idx == 0 && (P.worker >= 0 || P.cfg.fleet.on);
 	int64_t next_share = 0;
@@ -504,9 +520,10 @@ static void *loop_run(void *arg)
 		 * clients (socket handlers): their callbacks run here, with no
 		 * eventfd write and no extra trip through epoll */
 		ts_notifier_before_poll(l->notifier);
-		int64_t wait_ns = (sharer && next_share < l->next_tick ? next_share : l->next_tick) - ts_now_ns();
+		int64_t before = ts_now_ns();
+		int64_t wait_ns = (sharer && next_share < l->next_tick ? next_share : l->next_tick) - before;
 		int timeout = any_retry(l) ? 1 : wait_ns <= 0 ? 0 : (int)(wait_ns / 1000000) + 1;
-		int n = epoll_wait(l->ep, ev, 64, timeout);
+		int n = epoll_wait(l->ep, ev, batch, timeout);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
@@ -514,9 +531,11 @@ static void *loop_run(void *arg)
 			abort();
 		}
 		l->in_batch = true;
+		l->polled_at = n < batch ? before : 0;
+		idle_server_events_first(ev, n);
 		for (int i = 0; i < n; i++) {
 			struct watch *w = ev[i].data.ptr;
-			if (w->dead)
+			if (!w || w->dead)
 				continue;
 			switch (w->kind) {
 			case K_LISTEN:

@@ -517,6 +517,10 @@ struct loop {
 	struct watch *zombies;  /* freed after the current batch of events */
 	struct server *puts;    /* servers let go in this batch (more than one loop) */
 	bool in_batch;          /* handling epoll_wait's events */
+	/* When the last epoll_wait that reported every ready descriptor was
+	 * called (0: the batch was full, some may be left): a close of an
+	 * idle server watched here before then is handled (server_usable) */
+	int64_t polled_at;
 	bool stopping;          /* this loop has seen the shutdown */
 	int64_t accept_paused_until; /* out of file descriptors: 0 when accepting */
 	int64_t next_tick;

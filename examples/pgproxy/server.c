@@ -118,14 +118,15 @@ void server_destroy(struct server *s)
 	upool_put(u);
 }
 
-/* A connection given back less than this ago is taken without the peek,
- * which would be one more system call per transaction on a busy pool: a
- * server that closes it within the window costs the client that
- * transaction (08006), as one closing just after a peek always could.
- * (pgbouncer's server_check_delay is the same trade, at 30 s.)  With one
- * loop an idle connection is watched too, and a close the loop has handled
- * marks it (broken); the peek still finds one whose event the loop has not
- * handled yet (later in its batch, or after its epoll_wait). */
+/* A connection whose state is known as of less than this ago is taken
+ * without the peek, which would be one more system call per transaction
+ * on a busy pool: a server that closes it within the window costs the
+ * client that transaction (08006), as one closing just after a peek
+ * always could.  (pgbouncer's server_check_delay is the same trade, at
+ * 30 s.)  Known: given back that recently, or (one loop) watched by its
+ * loop, whose last complete poll began that recently.  That poll reported
+ * any close before it, and its batch handled idle servers' events first
+ * (broken is set); a close after it is the window's. */
 #define UNCHECKED_REUSE_NS ((int64_t)1000000)
 
 /* The pass encloses the connection (pool.c): s goes back, then *pass. */
@@ -183,6 +184,9 @@ bool server_usable(struct server *s)
 		return false; /* the server said something, or closed: OpenSSL saw it */
 	if (now - s->idle_since_ns < UNCHECKED_REUSE_NS)
 		return true;
+	if (s->w.mask == (EPOLLIN | EPOLLRDHUP) && s->w.loop->polled_at &&
+	    now - s->w.loop->polled_at < UNCHECKED_REUSE_NS)
+		return true; /* watched while idle (server_put): a close is marked */
 	return server_socket_quiet(s);
 }
 
