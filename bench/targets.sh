@@ -73,8 +73,8 @@ row_measured "event loop $a: p99 wait ≤ libuv's" \
 	"$(val async "$a" turnstile 'wait p99') vs $(val async "$a" libuv 'wait p99') us" \
 	"$q <= 1" "$q"
 v=$(val async "$a" turnstile 'fd writes/completion')
-row_measured "event loop $a: fd writes per completion ≤ 0.2" \
-	"$v (libuv: $(val async "$a" libuv 'fd writes/completion') uv_async_send calls)" "$v <= 0.2" "$v"
+row_measured "event loop $a: fd writes per completion ≤ 0.05" \
+	"$v (libuv: $(val async "$a" libuv 'fd writes/completion') uv_async_send calls)" "$v <= 0.05" "$v"
 o="L=1x64 C=1 hold=1000ns"
 v=$(val loop_handoff "$o" before_poll 'fd writes/hand-off')
 row_measured "a loop returning passes to its own clients ($o): 0 fd writes per hand-off" \

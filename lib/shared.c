@@ -1456,6 +1456,7 @@ TS_API ts_turnstile *ts_shared_attach(int fd)
 	 * every call on a shared handle here. */
 	memset(t, 0, sizeof(*t));
 	atomic_init(&t->word, WORD_WAITERS | WORD_CLOSED);
+	ts_lib_skip_init(&t->queue); /* never used, but a valid empty list */
 	t->shared = h;
 	if ((err = register_proc(h)))
 		return attach_fail(err, h, m, probe.size);

@@ -25,6 +25,8 @@ void ts_lib_skip_init(struct skiplist *l)
 {
 	memset(l, 0, sizeof(*l));
 	l->head.height = SKIP_LEVELS;
+	for (int i = 0; i < SKIP_LEVELS; i++)
+		l->head.prev[i] = &l->head;
 	l->rng = 0x9e3779b97f4a7c15ull;
 }
 
@@ -50,17 +52,27 @@ bool ts_lib_skip_insert(struct skiplist *l, struct skip_node *n)
 	struct skip_node *x = &l->head;
 
 	n->arrival = l->arrivals++;
-	for (int i = SKIP_LEVELS - 1; i >= 0; i--) {
-		while (x->next[i] && node_before(x->next[i], n))
-			x = x->next[i];
-		update[i] = x;
-	}
 	n->height = random_height(l);
+	struct skip_node *last = l->head.prev[0];
+	if (last == &l->head || !ts_lib_claim_before(&n->key, &last->key)) {
+		/* after every node (its arrival is the newest): each level's
+		 * last node is its predecessor there */
+		for (int i = 0; i < n->height; i++)
+			update[i] = l->head.prev[i];
+	} else {
+		for (int i = SKIP_LEVELS - 1; i >= 0; i--) {
+			while (x->next[i] && node_before(x->next[i], n))
+				x = x->next[i];
+			update[i] = x;
+		}
+	}
 	for (int i = 0; i < n->height; i++) {
 		n->next[i] = update[i]->next[i];
 		n->prev[i] = update[i];
 		if (n->next[i])
 			n->next[i]->prev[i] = n;
+		else
+			l->head.prev[i] = n;
 		update[i]->next[i] = n;
 	}
 	l->len++;
@@ -73,6 +85,8 @@ void ts_lib_skip_remove(struct skiplist *l, struct skip_node *n)
 		n->prev[i]->next[i] = n->next[i];
 		if (n->next[i])
 			n->next[i]->prev[i] = n->prev[i];
+		else
+			l->head.prev[i] = n->prev[i];
 	}
 	l->len--;
 }

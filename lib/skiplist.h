@@ -3,9 +3,13 @@
  *
  * Keys are (priority, since_ns, seq, arrival); arrival is stamped at insert
  * from a per-list counter, so every key is unique and equal claims keep
- * FIFO order.  Nodes are doubly linked at every level, so:
+ * FIFO order.  Nodes are doubly linked at every level, and the head's
+ * prev[i] is the last node of level i (the head itself when it is empty),
+ * so:
  *   first     O(1)        the best claim is head.next[0]
- *   insert    O(log n)    expected (search from the top level)
+ *   insert    O(log n)    expected (search from the top level); O(1) for
+ *                         a claim no better than the last (one band's
+ *                         callers in the order they came: the usual case)
  *   remove    O(height)   = O(1) expected, any node, no search
  * Not thread-safe: the turnstile's spinlock guards every call.  Nodes are
  * owned by the caller (they live on waiters' stacks).  Functions shared
@@ -32,7 +36,7 @@ struct skip_node {
 };
 
 struct skiplist {
-	struct skip_node head; /* sentinel: only next[] is used */
+	struct skip_node head; /* sentinel: next[i] first, prev[i] last of level i */
 	uint64_t arrivals;
 	uint64_t rng;
 	size_t len;

@@ -32,10 +32,19 @@ static void check(struct skiplist *l)
 		count++;
 	}
 	cr_assert_eq(count, l->len);
-	/* every upper level is an ordered sub-list of level 0 */
-	for (int lv = 1; lv < SKIP_LEVELS; lv++)
-		for (struct skip_node *n = l->head.next[lv]; n && n->next[lv]; n = n->next[lv])
-			cr_assert(before((int)(n - nodes), (int)(n->next[lv] - nodes)));
+	/* every upper level is an ordered sub-list of level 0; every level's
+	 * back links mirror its forward ones, and the head's back link is the
+	 * level's last node (the tail insert's shortcut relies on it) */
+	for (int lv = 0; lv < SKIP_LEVELS; lv++) {
+		struct skip_node *last = &l->head;
+		for (struct skip_node *n = l->head.next[lv]; n; n = n->next[lv]) {
+			cr_assert_eq(n->prev[lv], last, "level %d: a back link is wrong", lv);
+			if (n->next[lv])
+				cr_assert(before((int)(n - nodes), (int)(n->next[lv] - nodes)));
+			last = n;
+		}
+		cr_assert_eq(l->head.prev[lv], last, "level %d: the head's back link is not the last node", lv);
+	}
 }
 
 Test(skiplist, random_inserts_and_removals_keep_order)
