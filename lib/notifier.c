@@ -534,8 +534,12 @@ static size_t ready_count(const ts_notifier *n)
 
 /* Rounds of collect-and-run per call: completions that callbacks cause
  * (a pass returned to a node of this loop) run in the same call, without
- * an fd write, but a stream of them cannot keep the loop here forever. */
-#define DISPATCH_ROUNDS 4
+ * an fd write, but a stream of them cannot keep the loop here forever.
+ * Each call that stops at the bound writes the fd for what is left: with
+ * callbacks that return their passes at once to clients of the same loop
+ * (bench/async_loop), 4 rounds left work in most calls (0.05 writes per
+ * completion, 83% of them these), 16 in few (0.023). */
+#define DISPATCH_ROUNDS 16
 
 /* What is left after the rounds waits for the next call: make the fd
  * say so (once: only a 0 -> 1 exchange writes). */

@@ -34,7 +34,7 @@
  * n->ready_head..tail, a->in_ready             rdy[]/rlen, inr[a]
  * n->pending, a->pending                       pending, pend[a]
  * n->dispatching                               being inside dispatch()
- * DISPATCH_ROUNDS                              ROUNDS (4)
+ * DISPATCH_ROUNDS (16)                         ROUNDS (4)
  * n->heap (deadline heap), a->heap_slot        hp[a]
  * a deadline passing (the timerfd)             dlp[a], set by the loop at any
  *                                              moment (time passes); timerfd
@@ -172,9 +172,11 @@
  * Without it (-DNO_CLAIM: granters that push during dispatch may still
  * take 0 -> 1 and write) and with it moved before the drain (tried by
  * hand, no switch here), every configuration passes: the final clear and
- * look alone keep each wake-up; the claim saves fd writes.  The number of rounds: ROUNDS 4 as in the C code, 1 in one
- * configuration (nodes collected by the last round are left on the ready
- * list for the next call, announced by dispatch's own write).
+ * look alone keep each wake-up; the claim saves fd writes.  The number of rounds: ROUNDS 4 (16 in
+ * the C code: what the bound is does not matter, only that a call can
+ * stop with work left), 1 in one configuration (nodes collected by the
+ * last round are left on the ready list for the next call, announced by
+ * dispatch's own write).
  *
  * ABSTRACTED: safety only (a livelock, dispatch called forever running
  * nothing, is not searched for); memory order (sequentially consistent
