@@ -538,7 +538,7 @@ static size_t ready_count(const ts_notifier *n)
  * Each call that stops at the bound writes the fd for what is left: with
  * callbacks that return their passes at once to clients of the same loop
  * (bench/async_loop), 4 rounds left work in most calls (0.05 writes per
- * completion, 83% of them these), 16 in few (0.023). */
+ * completion, 83% of them these), 16 in few (0.024). */
 #define DISPATCH_ROUNDS 16
 
 /* What is left after the rounds waits for the next call: make the fd
