@@ -14,6 +14,10 @@
 #include "testutil.h"
 
 #define CALLS 5
+/* "A few rounds": here each round runs one callback (it causes exactly
+ * one completion), so a call runs DISPATCH_ROUNDS of them, 16 today;
+ * this leaves room to tune it but not to drop the bound. */
+#define FEW 64
 
 static ts_turnstile *t;
 static ts_notifier *n;
@@ -96,7 +100,7 @@ Test(async_endless_chain, dispatch_returns_and_leaves_the_rest_announced, .timeo
 		int r = ts_notifier_dispatch(n);
 		cr_assert_gt(r, 0, "call %d ran nothing", k);
 		cr_assert_eq(ran - before, r);
-		cr_assert_lt(r, 1000, "call %d ran %d callbacks", k, r);
+		cr_assert_leq(r, FEW, "call %d ran %d callbacks", k, r);
 	}
 	cr_assert(fd_readable());
 	end_chain(ts_notifier_dispatch);
@@ -112,7 +116,7 @@ Test(async_endless_chain, before_poll_returns_and_leaves_the_rest_announced, .ti
 		int r = ts_notifier_before_poll(n);
 		cr_assert_gt(r, 0, "call %d ran nothing", k);
 		cr_assert_eq(ran - before, r);
-		cr_assert_lt(r, 1000, "call %d ran %d callbacks", k, r);
+		cr_assert_leq(r, FEW, "call %d ran %d callbacks", k, r);
 		/* the loop would block now: the fd must wake it */
 		cr_assert(fd_readable(), "call %d left work and the fd does not say so", k);
 		before = ran;
