@@ -10,6 +10,7 @@
 #     other worker's sessions finish with no error, the dead one's passes
 #     come back (the whole ceiling runs at once afterwards) and a new
 #     worker takes its place;
+#   - every worker lists every pool in SHOW POOLS, the new one too;
 #   - a cancel request reaches its query whichever worker accepts it;
 #   - RESIZE in one worker is every worker's ceiling; SHUTDOWN stops them
 #     all and the master removes the turnstiles' directory.
@@ -100,6 +101,12 @@ within 20 grep -q "worker [01] (pid $victim) killed by signal 9" "$data/proxy.lo
 	fail "the master did not see its worker die"
 within 20 two_workers || fail "no new worker: $(processes)"
 ok "kill -9 of worker $victim: $okays sessions of the other worker finished with no error, $lost lost; a new worker started"
+
+# The new worker has served no client of postgres yet, and still lists its
+# pool, as every worker does (the kernel spreads these 8 admin logins)
+for attempt in 1 2 3 4 5 6 7 8; do
+	[ "$(pool 2)" = 3 ] || fail "SHOW POOLS without postgres's pool (size 3): $(admin 'SHOW POOLS')"
+done
 
 # The dead worker's passes are back: with nothing else running, the whole
 # ceiling (3) holds a 1 s transaction each at once, on either worker.

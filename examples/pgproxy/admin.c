@@ -13,9 +13,10 @@
  *   SHUTDOWN          close the set: queued clients get an error, open
  *                     transactions finish, then the proxy exits
  *
- * With --processes each worker answers for itself, but the pools' numbers
- * are every worker's but idle_conns and the per-band queue, which are the
- * answering worker's; RESIZE and SHUTDOWN act on all of them.
+ * With --processes each worker answers for itself, but it lists every
+ * worker's pools and their numbers are every worker's but idle_conns and
+ * the per-band queue, which are the answering worker's; RESIZE and
+ * SHUTDOWN act on all of them.
  *
  * Who may log in: users named by --admin-users (every command) and
  * --stats-users (SHOW only), authenticated as any client is.
@@ -62,40 +63,63 @@ static void data_row(struct buf *out, char vals[][64], int n)
 
 static void command_complete(struct buf *out, const char *tag) { send_complete(out, tag); }
 
-/* One pool's row (pools_mu held: the pool stays). */
-static void pool_row(struct pool *p, void *arg)
+/* One pool's row.  @p is this process's pool for @db (pools_mu held: it
+ * stays) or NULL: with --processes, a pool only other workers have served
+ * so far, whose shared figures are still every worker's. */
+static void pool_row_of(struct buf *out, int slot, const char *db, struct pool *p)
 {
-	struct buf *out = arg;
-	if (!atomic_load(&p->logged_in)) /* only a failed login so far */
+	bool shared = P.worker >= 0;
+	ts_turnstile *turns = shared ? procs_turns(slot) : p->turns;
+	ts_turnstile *conn_turns = shared ? procs_conns(slot) : NULL;
+	if (!turns || (shared && !conn_turns)) /* attach failed, logged */
 		return;
 	char v[MAX_COLS][64];
 	int nfixed = 6;
 	int64_t avail = 0, waiting = 0;
-	int64_t size = P.worker >= 0 ? procs_pool_size(p->id) : atomic_load(&p->size); /* RESIZEd anywhere */
+	int64_t size = shared ? procs_pool_size(slot) : atomic_load(&p->size); /* RESIZEd anywhere */
 	size_t idle = 0;
-	ts_turnstile_snapshot(p->turns, &avail, &waiting);
-	pthread_mutex_lock(&p->mu);
-	for (struct upool *u = p->users; u; u = u->next) {
-		size_t ready = 0;
-		ts_waitlist_stats(u->conns, NULL, &ready, NULL);
-		idle += ready;
+	ts_turnstile_snapshot(turns, &avail, &waiting);
+	if (p) {
+		pthread_mutex_lock(&p->mu);
+		for (struct upool *u = p->users; u; u = u->next) {
+			size_t ready = 0;
+			ts_waitlist_stats(u->conns, NULL, &ready, NULL);
+			idle += ready;
+		}
+		pthread_mutex_unlock(&p->mu);
 	}
-	pthread_mutex_unlock(&p->mu);
-	snprintf(v[0], 64, "%s", p->db);
+	snprintf(v[0], 64, "%s", db);
 	snprintf(v[1], 64, "%lld", (long long)size);
 	snprintf(v[2], 64, "%lld", (long long)(size - avail));
-	int64_t conns = atomic_load(&p->conns);
-	if (p->conn_turns) { /* every worker's: the passes of conns out */
+	int64_t conns = p ? atomic_load(&p->conns) : 0;
+	if (conn_turns) { /* every worker's: the passes of conns out */
 		int64_t conns_avail;
-		ts_turnstile_snapshot(p->conn_turns, &conns_avail, NULL);
+		ts_turnstile_snapshot(conn_turns, &conns_avail, NULL);
 		conns = size - conns_avail;
 	}
 	snprintf(v[3], 64, "%lld", (long long)conns);
 	snprintf(v[4], 64, "%zu", idle);
 	snprintf(v[5], 64, "%lld", (long long)waiting);
 	for (int b = 0; b <= P.max_band; b++)
-		snprintf(v[nfixed + b], 64, "%lld", (long long)atomic_load(&p->waiting[b]));
+		snprintf(v[nfixed + b], 64, "%lld", p ? (long long)atomic_load(&p->waiting[b]) : 0LL);
 	data_row(out, v, nfixed + P.max_band + 1);
+}
+
+static void pool_row(struct pool *p, void *arg)
+{
+	if (atomic_load(&p->logged_in)) /* not when only a failed login so far */
+		pool_row_of(arg, p->id, p->db, p);
+}
+
+/* --processes: every pool a login succeeded on in any worker, so each
+ * worker answers with the same pools (a worker started after a kill has
+ * served none yet).  A slot's pool here, if any, has the same index. */
+static void shared_pool_row(int slot, const char *db, void *arg)
+{
+	pthread_mutex_lock(&P.pools_mu);
+	struct pool *p = P.pools[slot];
+	pool_row_of(arg, slot, db, p && !strcmp(p->db, db) ? p : NULL);
+	pthread_mutex_unlock(&P.pools_mu);
 }
 
 static void show_pools(struct buf *out)
@@ -112,7 +136,10 @@ static void show_pools(struct buf *out)
 		cols[nfixed + b] = names[b];
 	}
 	row_description(out, cols, ncols);
-	pools_each(pool_row, out);
+	if (P.worker >= 0)
+		procs_each_pool(shared_pool_row, out);
+	else
+		pools_each(pool_row, out);
 	command_complete(out, "SHOW");
 }
 

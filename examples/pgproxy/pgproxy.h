@@ -737,6 +737,8 @@ void client_retry(struct client *c);           /* take a connection again */
 bool procs_start(const char *listening); /* logged once a worker listens */
 void procs_ready(void);                       /* a worker listens */
 void procs_clients_add(int n);                /* this worker's client count */
+/* SHOW POOLS: @fn for each slot a login succeeded on, in any worker. */
+void procs_each_pool(void (*fn)(int slot, const char *db, void *arg), void *arg);
 /* SHOW PROCESSES: @fn for each worker (pid 0: being restarted). */
 int procs_each_worker(void (*fn)(int w, pid_t pid, int64_t clients, uint32_t starts, void *arg),
 		      void *arg);

@@ -189,6 +189,21 @@ int64_t procs_closing_all(int slot)
 
 void procs_pool_logged_in(int slot) { atomic_store(&T->slot[slot].logged_in, true); }
 
+/* Each slot a login succeeded on, in slot order, with its database (copied
+ * under the table's lock; @fn runs without it). */
+void procs_each_pool(void (*fn)(int slot, const char *db, void *arg), void *arg)
+{
+	for (int i = 0; i < MAX_POOLS; i++) {
+		char db[NAME_LEN] = "";
+		table_lock();
+		if (atomic_load(&T->slot[i].named) && atomic_load(&T->slot[i].logged_in))
+			snprintf(db, sizeof(db), "%s", T->slot[i].db);
+		table_unlock();
+		if (db[0])
+			fn(i, db, arg);
+	}
+}
+
 int64_t procs_pool_size(int slot) { return atomic_load(&T->slot[slot].size); }
 
 /* A worker killed between the two resizes leaves the ceilings apart until
