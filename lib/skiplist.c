@@ -60,12 +60,18 @@ bool ts_lib_skip_insert(struct skiplist *l, struct skip_node *n)
 		for (int i = 0; i < n->height; i++)
 			update[i] = l->head.prev[i];
 	} else {
-		for (int i = SKIP_LEVELS - 1; i >= 0; i--) {
+		/* levels at or above l->levels are empty: n's predecessor
+		 * there is the head */
+		for (int i = l->levels; i < n->height; i++)
+			update[i] = &l->head;
+		for (int i = l->levels - 1; i >= 0; i--) {
 			while (x->next[i] && node_before(x->next[i], n))
 				x = x->next[i];
 			update[i] = x;
 		}
 	}
+	if (n->height > l->levels)
+		l->levels = n->height;
 	for (int i = 0; i < n->height; i++) {
 		n->next[i] = update[i]->next[i];
 		n->prev[i] = update[i];
@@ -88,5 +94,6 @@ void ts_lib_skip_remove(struct skiplist *l, struct skip_node *n)
 		else
 			l->head.prev[i] = n->prev[i];
 	}
-	l->len--;
+	if (--l->len == 0) /* every level is empty again */
+		l->levels = 0;
 }

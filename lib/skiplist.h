@@ -7,7 +7,9 @@
  * prev[i] is the last node of level i (the head itself when it is empty),
  * so:
  *   first     O(1)        the best claim is head.next[0]
- *   insert    O(log n)    expected (search from the top level); O(1) for
+ *   insert    O(log n)    expected (search from the tallest node's top
+ *                         level, not SKIP_LEVELS': a queue of a few
+ *                         thousand is 5 or 6 levels high); O(1) for
  *                         a claim no better than the last (one band's
  *                         callers in the order they came: the usual case)
  *   remove    O(height)   = O(1) expected, any node, no search
@@ -40,6 +42,7 @@ struct skiplist {
 	uint64_t arrivals;
 	uint64_t rng;
 	size_t len;
+	int levels; /* no node linked is taller: a search starts at levels - 1 */
 };
 
 void ts_lib_skip_init(struct skiplist *l);

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The skiplist keeps waiting claims in (band, since, seq, arrival) order
- * through any mix of inserts and arbitrary removals. */
+ * through any mix of inserts and arbitrary removals, emptied and filled
+ * again. */
 #include <stdlib.h>
 
 #include "skiplist.h"
@@ -44,6 +45,10 @@ static void check(struct skiplist *l)
 			last = n;
 		}
 		cr_assert_eq(l->head.prev[lv], last, "level %d: the head's back link is not the last node", lv);
+		/* a search starts below l->levels: nothing may be linked above */
+		if (lv >= l->levels)
+			cr_assert_null(l->head.next[lv], "level %d is above levels %d but not empty", lv,
+				       l->levels);
 	}
 }
 
@@ -84,4 +89,25 @@ Test(skiplist, equal_claims_leave_in_arrival_order)
 		ts_lib_skip_remove(&l, n);
 	}
 	cr_assert_null(skip_first(&l));
+}
+
+/* Emptied, the list searches from the bottom again; filled, from as high
+ * as its tallest node: order holds across the round trips. */
+Test(skiplist, emptied_and_filled_again_keeps_order)
+{
+	struct skiplist l;
+	ts_lib_skip_init(&l);
+	srand(7);
+	for (int round = 0; round < 40; round++) {
+		int n = round % 2 ? 3 : 500; /* short lists rarely grow tall */
+		for (int i = 0; i < n; i++) {
+			nodes[i].key = (ts_claim){ rand() % 3, rand() % 50, 0 };
+			ts_lib_skip_insert(&l, &nodes[i]);
+		}
+		check(&l);
+		for (int i = 0; i < n; i++) /* not in the list's order */
+			ts_lib_skip_remove(&l, &nodes[(i * 7) % n]); /* 7 is prime to 500 and 3 */
+		cr_assert_null(skip_first(&l));
+		cr_assert_eq(l.levels, 0);
+	}
 }
