@@ -3,6 +3,7 @@
 #include "etcd.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -35,37 +36,54 @@ static void curl_init(void)
 	curl_init_result = curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-struct etcd *ts_lib_etcd_new(const char *endpoints, int64_t timeout_ns)
+/* @endpoints, comma-separated, into @urls (trailing slashes dropped): how
+ * many, or -1 (ENOMEM; what was made is freed). */
+static int parse_endpoints(const char *endpoints, char **urls)
 {
-	pthread_once(&curl_once, curl_init);
-	if (curl_init_result != CURLE_OK) {
-		errno = ENOMEM;
-		return NULL;
-	}
-	struct etcd *e = calloc(1, sizeof(*e));
-	char *list = endpoints ? strdup(endpoints) : NULL;
-	if (!e || !list) {
-		free(e);
-		free(list);
-		errno = endpoints ? ENOMEM : EINVAL;
-		return NULL;
-	}
-	char *save = NULL;
-	for (char *u = strtok_r(list, ",", &save); u && e->nurls < ETCD_MAX_ENDPOINTS;
+	char *list = strdup(endpoints), *save = NULL;
+	int n = 0;
+	if (!list)
+		return -1;
+	for (char *u = strtok_r(list, ",", &save); u && n < ETCD_MAX_ENDPOINTS;
 	     u = strtok_r(NULL, ",", &save)) {
 		while (*u == ' ')
 			u++;
-		size_t n = strlen(u);
-		while (n && u[n - 1] == '/')
-			u[--n] = '\0';
-		if (n && !(e->urls[e->nurls++] = strdup(u))) {
+		size_t len = strlen(u);
+		while (len && u[len - 1] == '/')
+			u[--len] = '\0';
+		if (len && !(urls[n++] = strdup(u))) {
+			while (n--)
+				free(urls[n]);
 			free(list);
-			ts_lib_etcd_free(e);
-			errno = ENOMEM;
-			return NULL;
+			return -1;
 		}
 	}
 	free(list);
+	return n;
+}
+
+static bool curl_ready(void)
+{
+	pthread_once(&curl_once, curl_init);
+	return curl_init_result == CURLE_OK;
+}
+
+struct etcd *ts_lib_etcd_new(const char *endpoints, int64_t timeout_ns)
+{
+	if (!curl_ready()) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (!endpoints) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct etcd *e = calloc(1, sizeof(*e));
+	if (!e || (e->nurls = parse_endpoints(endpoints, e->urls)) < 0) {
+		free(e);
+		errno = ENOMEM;
+		return NULL;
+	}
 	e->timeout_ms = timeout_ns / 1000000 > 0 ? (long)(timeout_ns / 1000000) : 1;
 	if (!e->nurls || !(e->curl = curl_easy_init())) {
 		int err = e->nurls ? ENOMEM : EINVAL;
@@ -451,4 +469,292 @@ int ts_lib_etcd_txn(struct etcd *e, json_object *cmps, json_object *success, jso
 		     json_object_is_type(ok, json_type_boolean) && json_object_get_boolean(ok);
 	json_object_put(resp);
 	return 0;
+}
+
+/* --- a watch: its own thread and connection ------------------------------ */
+
+/* Between endpoints that failed to set a watch up, a pause from 100 ms
+ * doubling to this: a cluster that is down costs a few tries a second. */
+#define WATCH_MAX_PAUSE_MS 2000
+
+struct etcd_watch {
+	char *urls[ETCD_MAX_ENDPOINTS];
+	int nurls, current;
+	long setup_ms;      /* an endpoint has this long to set the watch up */
+	char *body;         /* the create_request */
+	char *ignore;       /* events on this key are no news (base64, as carried) */
+	void (*news)(void *arg);
+	void *arg;
+	CURLM *multi;       /* curl_multi_poll: a stop wakes the thread at once */
+	CURL *curl;
+	struct etcd_stream stream;
+	bool created, failed; /* this connection's: set up; to be dropped */
+	_Atomic bool stop;
+	_Atomic uint64_t setups, attempts; /* read by tests from any thread */
+	pthread_t thread;
+};
+
+static bool get_true(json_object *o, const char *field)
+{
+	json_object *v;
+	return json_object_object_get_ex(o, field, &v) && json_object_is_type(v, json_type_boolean) &&
+	       json_object_get_boolean(v);
+}
+
+/* One message of the stream: whether it is news (the watch set up, or an
+ * event on another key than w->ignore); anything but a result drops the
+ * connection. */
+static bool watch_message(struct etcd_watch *w, json_object *o)
+{
+	json_object *r, *events;
+	if (!json_object_is_type(o, json_type_object) || !json_object_object_get_ex(o, "result", &r) ||
+	    !json_object_is_type(r, json_type_object) || get_true(r, "canceled")) {
+		w->failed = true; /* an error, a cancel (a compaction, say) */
+		return false;
+	}
+	if (get_true(r, "created")) {
+		/* whatever changed before this went unseen: news too */
+		w->created = true;
+		atomic_fetch_add_explicit(&w->setups, 1, memory_order_relaxed);
+		return true;
+	}
+	if (!json_object_object_get_ex(r, "events", &events) ||
+	    !json_object_is_type(events, json_type_array))
+		return false; /* a progress notice */
+	for (size_t i = 0; i < json_object_array_length(events); i++) {
+		json_object *kv, *key;
+		json_object *ev = json_object_array_get_idx(events, i);
+		if (!json_object_object_get_ex(ev, "kv", &kv) ||
+		    !json_object_object_get_ex(kv, "key", &key) ||
+		    !json_object_is_type(key, json_type_string) ||
+		    strcmp(json_object_get_string(key), w->ignore))
+			return true;
+	}
+	return false;
+}
+
+int ts_lib_etcd_stream_init(struct etcd_stream *st)
+{
+	st->partial = 0;
+	return (st->tok = json_tokener_new()) ? 0 : ENOMEM;
+}
+
+void ts_lib_etcd_stream_reset(struct etcd_stream *st)
+{
+	st->partial = 0;
+	json_tokener_reset(st->tok);
+}
+
+void ts_lib_etcd_stream_destroy(struct etcd_stream *st)
+{
+	if (st->tok)
+		json_tokener_free(st->tok);
+	st->tok = NULL;
+}
+
+int ts_lib_etcd_stream_feed(struct etcd_stream *st, const char *p, size_t len,
+			    bool (*message)(json_object *o, void *arg), void *arg)
+{
+	size_t off = 0;
+	while (off < len) {
+		while (!st->partial && off < len && strchr(" \t\r\n", p[off]))
+			off++;
+		if (off == len)
+			break;
+		size_t left = len - off < INT_MAX ? len - off : INT_MAX;
+		json_object *o = json_tokener_parse_ex(st->tok, p + off, (int)left);
+		enum json_tokener_error err = json_tokener_get_error(st->tok);
+		if (err == json_tokener_continue) {
+			st->partial += left;
+			off += left;
+			if (st->partial > ETCD_MAX_ANSWER)
+				return EPROTO;
+			continue;
+		}
+		if (err != json_tokener_success || !o) {
+			json_object_put(o);
+			return EPROTO;
+		}
+		off += json_tokener_get_parse_end(st->tok);
+		st->partial = 0;
+		json_tokener_reset(st->tok);
+		bool more = message(o, arg);
+		json_object_put(o);
+		if (!more)
+			return ECANCELED;
+	}
+	return 0;
+}
+
+/* One message: whether to read on; @news runs for news. */
+static bool watch_on_message(json_object *o, void *arg)
+{
+	struct etcd_watch *w = arg;
+	if (watch_message(w, o) && !w->failed)
+		w->news(w->arg);
+	return !w->failed;
+}
+
+/* curl's writes of the stream: a short return aborts the transfer. */
+static size_t on_stream(char *p, size_t size, size_t n, void *arg)
+{
+	struct etcd_watch *w = arg;
+	if (ts_lib_etcd_stream_feed(&w->stream, p, size * n, watch_on_message, w)) {
+		w->failed = true;
+		return 0;
+	}
+	return size * n;
+}
+
+/* One connection to @base: until it ends, fails, is not set up in time,
+ * or the watch stops.  Returns whether it was set up. */
+static bool watch_once(struct etcd_watch *w, const char *base)
+{
+	char url[512];
+	struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+	if (!hdr || (size_t)snprintf(url, sizeof(url), "%s/v3/watch", base) >= sizeof(url)) {
+		curl_slist_free_all(hdr);
+		return false;
+	}
+	CURL *c = w->curl;
+	curl_easy_reset(c);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_POSTFIELDS, w->body);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_stream);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, w);
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, w->setup_ms);
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
+	/* a peer gone without a word (a partition, a dead host) is dropped
+	 * within about ten seconds; a stalled but live node is not noticed */
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPALIVE, 1L);
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPIDLE, 2L);
+	curl_easy_setopt(c, CURLOPT_TCP_KEEPINTVL, 1L);
+	w->created = w->failed = false;
+	ts_lib_etcd_stream_reset(&w->stream);
+	bool added = curl_multi_add_handle(w->multi, c) == CURLM_OK;
+	atomic_fetch_add_explicit(&w->attempts, 1, memory_order_relaxed);
+	int64_t give_up = boottime_ms() + w->setup_ms;
+	while (added && !atomic_load_explicit(&w->stop, memory_order_acquire)) {
+		int running = 0;
+		if (curl_multi_perform(w->multi, &running) != CURLM_OK || !running || w->failed)
+			break;
+		int64_t now = boottime_ms();
+		if (!w->created && now >= give_up)
+			break;
+		curl_multi_poll(w->multi, NULL, 0, w->created ? 1000 : (int)(give_up - now), NULL);
+	}
+	if (added)
+		curl_multi_remove_handle(w->multi, c);
+	curl_slist_free_all(hdr);
+	return w->created;
+}
+
+/* Sleep @ms, or less when stopped. */
+static void watch_pause(struct etcd_watch *w, long ms)
+{
+	int64_t end = boottime_ms() + ms, now;
+	while (!atomic_load_explicit(&w->stop, memory_order_acquire) && (now = boottime_ms()) < end)
+		curl_multi_poll(w->multi, NULL, 0, (int)(end - now), NULL);
+}
+
+/* The endpoint that set the watch up last, again 100 ms after its stream
+ * ends (never a busy loop of reconnections); one that cannot set it up is
+ * left for the next, after a pause growing while none can. */
+static void *watch_thread(void *arg)
+{
+	struct etcd_watch *w = arg;
+	long pause = 0;
+	while (!atomic_load_explicit(&w->stop, memory_order_acquire)) {
+		if (watch_once(w, w->urls[w->current])) {
+			pause = 100;
+		} else {
+			w->current = (w->current + 1) % w->nurls;
+			pause = pause * 2 < WATCH_MAX_PAUSE_MS ? (pause ? pause * 2 : 100)
+							       : WATCH_MAX_PAUSE_MS;
+		}
+		watch_pause(w, pause);
+	}
+	return NULL;
+}
+
+static void watch_free(struct etcd_watch *w)
+{
+	for (int i = 0; i < w->nurls; i++)
+		free(w->urls[i]);
+	if (w->curl)
+		curl_easy_cleanup(w->curl);
+	if (w->multi)
+		curl_multi_cleanup(w->multi);
+	ts_lib_etcd_stream_destroy(&w->stream);
+	free(w->body);
+	free(w->ignore);
+	free(w);
+}
+
+struct etcd_watch *ts_lib_etcd_watch_start(const char *endpoints, const char *prefix,
+					   const char *ignore, int64_t setup_ns,
+					   void (*news)(void *arg), void *arg)
+{
+	if (!curl_ready()) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	struct etcd_watch *w = calloc(1, sizeof(*w));
+	if (!w || (w->nurls = parse_endpoints(endpoints, w->urls)) < 0) {
+		free(w);
+		errno = ENOMEM;
+		return NULL;
+	}
+	w->setup_ms = setup_ns / 1000000 > 0 ? (long)(setup_ns / 1000000) : 1;
+	w->news = news;
+	w->arg = arg;
+	json_object *req = json_object_new_object(), *create = json_object_new_object();
+	char *end = prefix_end(prefix);
+	if (req && create && end) {
+		add_b64(create, "key", prefix);
+		add_b64(create, "range_end", end);
+		json_object_object_add(req, "create_request", create);
+		create = NULL;
+		const char *body = json_object_to_json_string_ext(req, JSON_C_TO_STRING_PLAIN);
+		w->body = body ? strdup(body) : NULL;
+	}
+	json_object_put(create);
+	json_object_put(req);
+	free(end);
+	w->ignore = b64_encode(ignore, strlen(ignore));
+	w->multi = curl_multi_init();
+	w->curl = curl_easy_init();
+	int err = !w->nurls ? EINVAL
+		  : ts_lib_etcd_stream_init(&w->stream) || !w->body || !w->ignore || !w->multi ||
+				  !w->curl
+			  ? ENOMEM
+		  : pthread_create(&w->thread, NULL, watch_thread, w);
+	if (err) {
+		watch_free(w);
+		errno = err;
+		return NULL;
+	}
+	return w;
+}
+
+void ts_lib_etcd_watch_stop(struct etcd_watch *w)
+{
+	if (!w)
+		return;
+	atomic_store_explicit(&w->stop, true, memory_order_release);
+	curl_multi_wakeup(w->multi);
+	pthread_join(w->thread, NULL);
+	watch_free(w);
+}
+
+uint64_t ts_lib_etcd_watch_setups(const struct etcd_watch *w)
+{
+	return w ? atomic_load_explicit(&w->setups, memory_order_relaxed) : 0;
+}
+
+uint64_t ts_lib_etcd_watch_requests(const struct etcd_watch *w)
+{
+	return w ? atomic_load_explicit(&w->attempts, memory_order_relaxed) : 0;
 }

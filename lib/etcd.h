@@ -63,4 +63,42 @@ void ts_lib_etcd_op_put(json_object *ops, const char *key, const char *value, in
 int ts_lib_etcd_txn(struct etcd *e, json_object *cmps, json_object *success, json_object *failure,
 		    bool *succeeded);
 
+/* A stream of JSON messages one after another (a watch's answer), split
+ * anywhere between reads: ts_lib_etcd_stream_feed hands each whole message
+ * to @message (which returns whether to read on) and keeps a partial one
+ * for the next feed.  0, or EPROTO (not JSON, not a message, or one above
+ * 8 MiB: the stream is not to be trusted further) or ECANCELED (@message
+ * said stop); after either, reset before feeding again. */
+struct etcd_stream {
+	json_tokener *tok;
+	size_t partial; /* bytes of the message being read */
+};
+int ts_lib_etcd_stream_init(struct etcd_stream *st); /* 0 or ENOMEM */
+void ts_lib_etcd_stream_reset(struct etcd_stream *st);
+void ts_lib_etcd_stream_destroy(struct etcd_stream *st);
+int ts_lib_etcd_stream_feed(struct etcd_stream *st, const char *p, size_t len,
+			    bool (*message)(json_object *o, void *arg), void *arg);
+
+/* A watch of every key under @prefix, on a connection and a thread of its
+ * own: @news(@arg) runs on that thread when the watch is set up (what
+ * changed before went unseen) and for each message with an event on a key
+ * other than @ignore.  A hint, never the truth: the caller reads what
+ * changed.  An endpoint that does not set the watch up within @setup_ns,
+ * refuses, or ends the stream is left for the next one (after a pause
+ * that grows to 2 s while none sets it up).  Not noticed: a node that
+ * stalls with the connection open (frozen, not dead), until TCP
+ * keepalive or its restart ends it.  NULL with errno (EINVAL: no
+ * endpoint; ENOMEM; or pthread_create's). */
+struct etcd_watch;
+struct etcd_watch *ts_lib_etcd_watch_start(const char *endpoints, const char *prefix,
+					   const char *ignore, int64_t setup_ns,
+					   void (*news)(void *arg), void *arg);
+/* Stop the watch, wait for its thread (no @news runs after) and free it.
+ * Not from @news. */
+void ts_lib_etcd_watch_stop(struct etcd_watch *w);
+/* Times the watch was set up (tests: it reconnects), and connections
+ * tried (each a request, for the traffic figures). */
+uint64_t ts_lib_etcd_watch_setups(const struct etcd_watch *w);
+uint64_t ts_lib_etcd_watch_requests(const struct etcd_watch *w);
+
 #endif

@@ -50,8 +50,14 @@
  * share (somebody needs room), up while the ledger has room.  One look
  * per tick (FLEET_TICK_NS while shares move, FLEET_IDLE_TICK_NS at rest,
  * FLEET_SHRINK_TICK_NS while a shrink waits for its holders to return;
- * at once when callers queue that the member key does not tell yet),
- * one etcd range read and, when our demand changed, one write.  A
+ * at once when callers queue that the member key does not tell yet, and
+ * on news from the watch: another member's key or the ledger changed,
+ * at most one look per FLEET_NEWS_GAP_NS), one etcd range read and, when
+ * our demand changed, one write.  The watch (etcd.h, one streamed request
+ * on a thread of its own) only says when to look, never what is true: a
+ * look reads everything it decides on, so a watch that is down, stalled
+ * or late leaves the ticks, and the invariant rests on the ledger's CAS
+ * alone.  A
  * change that cannot move a share waits up to FLEET_STALE_NS (it only
  * freshens what ts_fleet_members shows): a member that saw nobody else
  * at its last look, and either holds the whole ceiling (whatever its
@@ -101,6 +107,10 @@
 /* Between looks, callers newly queued are noticed this often (a local
  * read, no etcd call): a member at rest tells its new demand at once. */
 #define FLEET_DEMAND_POLL_NS ((int64_t)25000000)
+/* News from the watch starts a look at once, but no sooner than this after
+ * the last one began: under load, when every member's demand moves, a
+ * member looks at most this often (a range read each). */
+#define FLEET_NEWS_GAP_NS ((int64_t)50000000)
 /* A demand change that cannot move a share is put at most this often. */
 #define FLEET_STALE_NS ((int64_t)1000000000)
 #define FLEET_MAX_BANDS 16
@@ -115,9 +125,14 @@ struct ts_fleet {
 	char *ledger_key, *member_key, *members_prefix, *prefix, *name;
 	int64_t lease_ns, lease_id, ceiling_max;
 	pthread_t thread;
+	/* the watch of the prefix, on its own thread: it sets news and
+	 * signals cv, without the lock (a look holds it for etcd calls) */
+	struct etcd_watch *watch;
+	_Atomic bool news;
 	pthread_mutex_t mu; /* everything below, and the etcd client */
 	pthread_cond_t cv;
 	bool stop, kick, rejoin;
+	int64_t look_began; /* CLOCK_MONOTONIC, the last look's */
 	int64_t share;         /* ours in the ledger, as last read or written */
 	int64_t ceiling;       /* the ledger's, as last read */
 	int64_t local_ceiling; /* what local's ceiling is now */
@@ -760,14 +775,34 @@ static bool untold_demand(const ts_fleet *f)
 	return waiting > 0 && !f->told_queue && !alone_with_all(f);
 }
 
+/* The watch's thread: a member key or the ledger changed (not our own
+ * key), or the watch was set up again.  The signal is sent without the
+ * lock, so a fleet thread between its look at news and its wait misses
+ * it; its wait is at most FLEET_DEMAND_POLL_NS, and it sees news then. */
+static void on_news(void *arg)
+{
+	ts_fleet *f = arg;
+	atomic_store_explicit(&f->news, true, memory_order_release);
+	pthread_cond_signal(&f->cv);
+}
+
 /* Until @at (CLOCK_MONOTONIC, the condition variable's clock), a kick,
- * the stop, or callers queued that the last publish did not tell. */
+ * the stop, callers queued that the last publish did not tell, or news
+ * from the watch once FLEET_NEWS_GAP_NS has passed since the last look
+ * began. */
 static void pause_until(ts_fleet *f, int64_t at)
 {
 	while (!f->stop && !f->kick) {
 		int64_t now = ts_now_ns(), until = at - now > FLEET_DEMAND_POLL_NS ? now + FLEET_DEMAND_POLL_NS : at;
 		if (now >= at || (fresh(f) && untold_demand(f))) /* etcd cut off: no haste */
 			return;
+		if (atomic_load_explicit(&f->news, memory_order_acquire)) {
+			int64_t ready = f->look_began + FLEET_NEWS_GAP_NS;
+			if (now >= ready)
+				return;
+			if (ready < until)
+				until = ready;
+		}
 		struct timespec ts = { (time_t)(until / 1000000000), (long)(until % 1000000000) };
 		pthread_cond_timedwait(&f->cv, &f->mu, &ts);
 	}
@@ -778,6 +813,9 @@ static void *fleet_thread(void *arg)
 	ts_fleet *f = arg;
 	pthread_mutex_lock(&f->mu);
 	while (!f->stop) {
+		/* news from here on is news to the next look */
+		atomic_store_explicit(&f->news, false, memory_order_relaxed);
+		f->look_began = ts_now_ns();
 		bool moving = look(f);
 		/* a shrink waiting for its holders to fit: they are returning,
 		 * and another member waits for the room */
@@ -829,6 +867,7 @@ static bool valid_config(const ts_fleet_config *c)
 
 static void fleet_free(ts_fleet *f)
 {
+	ts_lib_etcd_watch_stop(f->watch); /* no on_news after this */
 	ts_lib_etcd_free(f->etcd);
 	free(f->ledger_key);
 	free(f->member_key);
@@ -915,7 +954,12 @@ TS_API ts_fleet *ts_fleet_join(ts_turnstile *local, const ts_fleet_config *cfg)
 	for (int i = 0; i < 3 && f->local_ceiling == 0; i++)
 		look(f); /* the first share, when the ledger has room */
 	pthread_mutex_unlock(&f->mu);
-	if ((err = pthread_create(&f->thread, NULL, fleet_thread, f))) {
+	/* news of other members and of the ledger, so shares move without
+	 * waiting for a tick; our own key's changes are none */
+	if (!(f->watch = ts_lib_etcd_watch_start(cfg->endpoints, f->prefix, f->member_key, timeout,
+						 on_news, f)))
+		err = errno;
+	if (err || (err = pthread_create(&f->thread, NULL, fleet_thread, f))) {
 		set_local(f, 0);
 		ts_private_turnstile_guard(local, 0);
 		ts_lib_etcd_lease_revoke(f->etcd, f->lease_id);
@@ -974,12 +1018,17 @@ TS_API int ts_fleet_resize(ts_fleet *f, int64_t ceiling)
 /* No lock for these two either: a sampler is never held up by a look. */
 uint64_t ts_lib_fleet_requests(const ts_fleet *f)
 {
-	return ts_lib_etcd_requests(f->etcd);
+	return ts_lib_etcd_requests(f->etcd) + ts_lib_etcd_watch_requests(f->watch);
 }
 
 uint64_t ts_lib_fleet_closings(const ts_fleet *f)
 {
 	return atomic_load_explicit(&f->closings, memory_order_relaxed);
+}
+
+uint64_t ts_lib_fleet_watch_setups(const ts_fleet *f)
+{
+	return ts_lib_etcd_watch_setups(f->watch);
 }
 
 /* No lock: never behind a look's etcd calls. */

@@ -41,5 +41,8 @@ void ts_lib_fleet_targets(int64_t ceiling, const struct fleet_member *m, size_t 
 struct ts_fleet;
 uint64_t ts_lib_fleet_requests(const struct ts_fleet *f);
 uint64_t ts_lib_fleet_closings(const struct ts_fleet *f);
+/* Times its watch of the fleet's keys was set up: 1 from the first, one
+ * more each time it connected again (after its etcd node went away). */
+uint64_t ts_lib_fleet_watch_setups(const struct ts_fleet *f);
 
 #endif

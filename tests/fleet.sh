@@ -9,7 +9,9 @@
 #     empties: at most 10 etcd requests/s, as at rest;
 #   - shares follow demand: A with 24 clients, B with 4, C idle (one band:
 #     in proportion, 10 and 2); then the load moves from A to C and C's
-#     share follows within about a second;
+#     share follows within about a second (each member watches the
+#     fleet's keys: set up past the hung endpoints, and again after etcd
+#     came back);
 #   - etcd traffic: requests per member per second under load and at rest
 #     (at most 10 at rest);
 #   - a better band gets room first: B's clients in band 0 against A's in 2;
@@ -100,6 +102,9 @@ wait_for '[ "$(b get members 0)" -eq 3 ] && [ "$(b get members 2)" -eq 3 ]' 10 |
 wait_for '[ "$(share 0)" -ge 9 ] && [ "$(share 1)" -ge 1 ] && [ "$(share 2)" -eq 0 ]' 10 ||
 	fail "shares did not follow demand (A 24 clients, B 4, C 0): $(b shares)"
 ok "demand A 24, B 4, C 0: shares $(b shares)"
+for slot in 0 1 2; do # past the two endpoints that never answer
+	wait_for "[ \$(b get watches $slot) -ge 1 ]" 10 || fail "member $slot never set its watch up"
+done
 # ts_fleet_members: each member lists all three, itself once, the shares
 # within the ceiling, and sees A's callers queued beyond its share
 for slot in 0 1 2; do
@@ -214,11 +219,15 @@ ok "etcd gone: every member failed closed after $closed ms (half the lease: $((l
 [ "$closed" -le $((lease_ms / 2 + 500)) ] || fail "failing closed took $closed ms"
 wait_for '[ "$(b get holders)" -eq 0 ]' 5 || fail "passes still held with etcd gone"
 a0b=$(b get admitted 0) a2b=$(b get admitted 2)
+w0=$(b get watches 0) w2=$(b get watches 2)
 for i in 0 1 2; do etcd_restart $i; done
 wait_for etcd_healthy 30 || fail "etcd did not come back"
 wait_for '[ "$(b get admitted 0)" -gt "$a0b" ] || [ "$(b get admitted 2)" -gt "$a2b" ]' 15 ||
 	fail "admission did not resume with etcd back: $(b shares)"
 ok "etcd back: admission resumed ($(b shares))"
+wait_for '[ "$(b get watches 0)" -gt "$w0" ] && [ "$(b get watches 2)" -gt "$w2" ]' 15 ||
+	fail "a watch was not set up again after etcd came back: $w0 -> $(b get watches 0), $w2 -> $(b get watches 2)"
+ok "etcd back: every member's watch set up again"
 check_bound "across the etcd outage"
 
 # ---- ts_fleet_resize 12 -> 16, and leave

@@ -4,7 +4,7 @@
  *   fleet_board FILE get FIELD [SLOT]        ceiling holders violations worst
  *                                            resized; per slot: active share
  *                                            members admitted pid left
- *                                            holding requests closings
+ *                                            holding requests closings watches
  *                                            listed listed_self
  *                                            listed_shares listed_waiting
  *   fleet_board FILE set FIELD VALUE [SLOT]  ceiling resize_to; active
@@ -34,7 +34,7 @@ static _Atomic int64_t *field(struct board *b, const char *name, int slot)
 		  { "members", &m->members },	    { "admitted", &m->admitted },
 		  { "pid", &m->pid },		    { "left", &m->left },
 		  { "holding", &m->holding },	    { "requests", &m->requests },
-		  { "closings", &m->closings },
+		  { "closings", &m->closings },	    { "watches", &m->watches },
 		  { "listed", &m->listed },	    { "listed_self", &m->listed_self },
 		  { "listed_shares", &m->listed_shares },
 		  { "listed_waiting", &m->listed_waiting } };

@@ -15,6 +15,7 @@ struct board_member {
 	_Atomic int64_t holding;  /* its part of holders */
 	_Atomic int64_t requests; /* sent to etcd so far */
 	_Atomic int64_t closings; /* times its clock failed it closed (rule 3) */
+	_Atomic int64_t watches;  /* times its watch of the keys was set up */
 	/* ts_fleet_members, last call: members told, how many were itself,
 	 * their shares summed, callers queued in all of them */
 	_Atomic int64_t listed, listed_self, listed_shares, listed_waiting;

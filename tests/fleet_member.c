@@ -154,6 +154,7 @@ int main(int argc, char **argv)
 		atomic_store(&me->members, members);
 		atomic_store(&me->requests, (int64_t)ts_lib_fleet_requests(f));
 		atomic_store(&me->closings, (int64_t)ts_lib_fleet_closings(f));
+		atomic_store(&me->watches, (int64_t)ts_lib_fleet_watch_setups(f));
 		struct listing l = { 0 };
 		int n = ts_fleet_members(f, count_member, &l);
 		atomic_store(&me->listed_self, l.self);

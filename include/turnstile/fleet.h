@@ -54,7 +54,9 @@ typedef struct ts_fleet_config {
  * join returns once the first share is settled, so a lone member admits at
  * once (after at most three looks).  A background thread keeps the lease,
  * publishes the demand (passes held and callers queued per band) and
- * moves the share.  Passes already held on @local when it joins are in no
+ * moves the share; a second one watches the fleet's keys in etcd (one
+ * streamed request), so that another member's change is looked at at
+ * once rather than at the next tick.  Passes already held on @local when it joins are in no
  * share: join before admitting.
  * Returns the member, or NULL with errno: EINVAL (NULL @local or @cfg, no
  * endpoints or key, a key not starting with '/' or of 256 bytes or more,
@@ -72,8 +74,9 @@ TS_API ts_fleet *ts_fleet_join(ts_turnstile *local, const ts_fleet_config *cfg);
 
 /* ts_fleet_resize - set the fleet's ceiling, for every member.  Growing
  * takes effect as members grow their shares; shrinking, as each member
- * sees it (this one at once, the others at their next look: within 100 ms
- * while shares move, 250 ms at rest): members shrink locally first, and
+ * sees it (this one at once, the others when their watch tells them, or at
+ * their next look: within 100 ms while shares move, 250 ms at rest):
+ * members shrink locally first, and
  * passes already held stay held, so until then the members may admit
  * above the new ceiling.  0, EINVAL (NULL @f, @ceiling < 0 or above
  * TS_CONCURRENCY_MAX), ENOENT (the ledger is gone), EAGAIN (it
