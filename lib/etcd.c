@@ -476,6 +476,11 @@ int ts_lib_etcd_txn(struct etcd *e, json_object *cmps, json_object *success, jso
 /* Between endpoints that failed to set a watch up, a pause from 100 ms
  * doubling to this: a cluster that is down costs a few tries a second. */
 #define WATCH_MAX_PAUSE_MS 2000
+/* A watch's message is an event batch of member keys and the ledger: far
+ * below this (a ledger of ten thousand members), and a bigger one costs a
+ * reconnection, not memory (json-c's tree of a message of small items
+ * may take 200 times its bytes). */
+#define WATCH_MAX_MESSAGE ((size_t)1 << 20)
 
 struct etcd_watch {
 	char *urls[ETCD_MAX_ENDPOINTS];
@@ -533,9 +538,10 @@ static bool watch_message(struct etcd_watch *w, json_object *o)
 	return false;
 }
 
-int ts_lib_etcd_stream_init(struct etcd_stream *st)
+int ts_lib_etcd_stream_init(struct etcd_stream *st, size_t max)
 {
 	st->partial = 0;
+	st->max = max;
 	return (st->tok = json_tokener_new()) ? 0 : ENOMEM;
 }
 
@@ -552,12 +558,20 @@ void ts_lib_etcd_stream_destroy(struct etcd_stream *st)
 	st->tok = NULL;
 }
 
+/* A refusal drops the half-read message at once (json-c builds it as it
+ * reads: it may hold far more memory than its bytes). */
+static int stream_refuse(struct etcd_stream *st, int err)
+{
+	ts_lib_etcd_stream_reset(st);
+	return err;
+}
+
 int ts_lib_etcd_stream_feed(struct etcd_stream *st, const char *p, size_t len,
 			    bool (*message)(json_object *o, void *arg), void *arg)
 {
 	size_t off = 0;
 	while (off < len) {
-		while (!st->partial && off < len && strchr(" \t\r\n", p[off]))
+		while (!st->partial && off < len && p[off] && strchr(" \t\r\n", p[off]))
 			off++;
 		if (off == len)
 			break;
@@ -567,13 +581,13 @@ int ts_lib_etcd_stream_feed(struct etcd_stream *st, const char *p, size_t len,
 		if (err == json_tokener_continue) {
 			st->partial += left;
 			off += left;
-			if (st->partial > ETCD_MAX_ANSWER)
-				return EPROTO;
+			if (st->partial > st->max)
+				return stream_refuse(st, EPROTO);
 			continue;
 		}
 		if (err != json_tokener_success || !o) {
 			json_object_put(o);
-			return EPROTO;
+			return stream_refuse(st, EPROTO);
 		}
 		off += json_tokener_get_parse_end(st->tok);
 		st->partial = 0;
@@ -581,7 +595,7 @@ int ts_lib_etcd_stream_feed(struct etcd_stream *st, const char *p, size_t len,
 		bool more = message(o, arg);
 		json_object_put(o);
 		if (!more)
-			return ECANCELED;
+			return stream_refuse(st, ECANCELED);
 	}
 	return 0;
 }
@@ -611,7 +625,13 @@ static size_t on_stream(char *p, size_t size, size_t n, void *arg)
 static bool watch_once(struct etcd_watch *w, const char *base)
 {
 	char url[512];
-	struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+	/* hasleader: a node cut off from its cluster's leader ends the
+	 * stream ("no leader") instead of keeping it open and silent */
+	struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json"), *h2;
+	if (hdr && !(h2 = curl_slist_append(hdr, "Grpc-Metadata-hasleader: true"))) {
+		curl_slist_free_all(hdr);
+		hdr = NULL;
+	}
 	if (!hdr || (size_t)snprintf(url, sizeof(url), "%s/v3/watch", base) >= sizeof(url)) {
 		curl_slist_free_all(hdr);
 		return false;
@@ -643,7 +663,9 @@ static bool watch_once(struct etcd_watch *w, const char *base)
 		int64_t now = boottime_ms();
 		if (!w->created && now >= give_up)
 			break;
-		curl_multi_poll(w->multi, NULL, 0, w->created ? 1000 : (int)(give_up - now), NULL);
+		long wait = !w->created && give_up - now < 1000 ? (long)(give_up - now) : 1000;
+		if (curl_multi_poll(w->multi, NULL, 0, (int)wait, NULL) != CURLM_OK)
+			break;
 	}
 	if (added)
 		curl_multi_remove_handle(w->multi, c);
@@ -656,7 +678,8 @@ static void watch_pause(struct etcd_watch *w, long ms)
 {
 	int64_t end = boottime_ms() + ms, now;
 	while (!atomic_load_explicit(&w->stop, memory_order_acquire) && (now = boottime_ms()) < end)
-		curl_multi_poll(w->multi, NULL, 0, (int)(end - now), NULL);
+		if (curl_multi_poll(w->multi, NULL, 0, (int)(end - now), NULL) != CURLM_OK)
+			break; /* cannot wait: pause no more (the caller's pace) */
 }
 
 /* The endpoint that set the watch up last, again 100 ms after its stream
@@ -727,7 +750,7 @@ struct etcd_watch *ts_lib_etcd_watch_start(const char *endpoints, const char *pr
 	w->multi = curl_multi_init();
 	w->curl = curl_easy_init();
 	int err = !w->nurls ? EINVAL
-		  : ts_lib_etcd_stream_init(&w->stream) || !w->body || !w->ignore || !w->multi ||
+		  : ts_lib_etcd_stream_init(&w->stream, WATCH_MAX_MESSAGE) || !w->body || !w->ignore || !w->multi ||
 				  !w->curl
 			  ? ENOMEM
 		  : pthread_create(&w->thread, NULL, watch_thread, w);

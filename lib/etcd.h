@@ -67,13 +67,15 @@ int ts_lib_etcd_txn(struct etcd *e, json_object *cmps, json_object *success, jso
  * anywhere between reads: ts_lib_etcd_stream_feed hands each whole message
  * to @message (which returns whether to read on) and keeps a partial one
  * for the next feed.  0, or EPROTO (not JSON, not a message, or one above
- * 8 MiB: the stream is not to be trusted further) or ECANCELED (@message
- * said stop); after either, reset before feeding again. */
+ * @max bytes: the stream is not to be trusted further) or ECANCELED
+ * (@message said stop); either drops the partial message (the stream
+ * starts afresh). */
 struct etcd_stream {
 	json_tokener *tok;
 	size_t partial; /* bytes of the message being read */
+	size_t max;
 };
-int ts_lib_etcd_stream_init(struct etcd_stream *st); /* 0 or ENOMEM */
+int ts_lib_etcd_stream_init(struct etcd_stream *st, size_t max); /* 0 or ENOMEM */
 void ts_lib_etcd_stream_reset(struct etcd_stream *st);
 void ts_lib_etcd_stream_destroy(struct etcd_stream *st);
 int ts_lib_etcd_stream_feed(struct etcd_stream *st, const char *p, size_t len,
@@ -83,12 +85,14 @@ int ts_lib_etcd_stream_feed(struct etcd_stream *st, const char *p, size_t len,
  * own: @news(@arg) runs on that thread when the watch is set up (what
  * changed before went unseen) and for each message with an event on a key
  * other than @ignore.  A hint, never the truth: the caller reads what
- * changed.  An endpoint that does not set the watch up within @setup_ns,
- * refuses, or ends the stream is left for the next one (after a pause
- * that grows to 2 s while none sets it up).  Not noticed: a node that
- * stalls with the connection open (frozen, not dead), until TCP
- * keepalive or its restart ends it.  NULL with errno (EINVAL: no
- * endpoint; ENOMEM; or pthread_create's). */
+ * changed.  A stream that ends (its node went away, or lost its leader:
+ * the watch asks to be told) is set up again on the same endpoint after
+ * 100 ms; an endpoint that does not set it up within @setup_ns, or
+ * refuses, is left for the next one, after a pause that grows to 2 s
+ * while none sets it up.  A message above 1 MiB ends the stream.  Not
+ * noticed: a node that stalls with the connection open (frozen, not
+ * dead), until TCP keepalive or its restart ends it.  NULL with errno
+ * (EINVAL: no endpoint; ENOMEM; or pthread_create's). */
 struct etcd_watch;
 struct etcd_watch *ts_lib_etcd_watch_start(const char *endpoints, const char *prefix,
 					   const char *ignore, int64_t setup_ns,

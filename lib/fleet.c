@@ -51,15 +51,15 @@
  * per tick (FLEET_TICK_NS while shares move, FLEET_IDLE_TICK_NS at rest,
  * FLEET_SHRINK_TICK_NS while a shrink waits for its holders to return;
  * at once when callers queue that the member key does not tell yet, and
- * on news from the watch: another member's key or the ledger changed,
- * at most one look per FLEET_NEWS_GAP_NS), one etcd range read and, when
- * our demand changed, one write.  The watch (etcd.h, one streamed request
- * on a thread of its own) only says when to look, never what is true: a
- * look reads everything it decides on, so a watch that is down, stalled
- * or late leaves the ticks, and the invariant rests on the ledger's CAS
- * alone.  A
- * change that cannot move a share waits up to FLEET_STALE_NS (it only
- * freshens what ts_fleet_members shows): a member that saw nobody else
+ * on news from the watch, another member's key or the ledger changed,
+ * FLEET_NEWS_GAP_NS after the last look ended at the earliest), one etcd
+ * range read and, when our demand changed, one write.  The watch (etcd.h,
+ * one streamed request on a thread of its own) only says when to look,
+ * never what is true: a look reads everything it decides on, so a watch
+ * that is down, stalled or late leaves the ticks, and the invariant rests
+ * on the ledger's CAS alone.  A change that cannot move a share waits
+ * up to FLEET_STALE_NS (it only freshens what ts_fleet_members shows): a
+ * member that saw nobody else
  * at its last look, and either holds the whole ceiling (whatever its
  * queue does) or whose demand stays on the same side of its share and
  * whose queue stays empty or not.  A lone member under load so costs what
@@ -107,9 +107,10 @@
 /* Between looks, callers newly queued are noticed this often (a local
  * read, no etcd call): a member at rest tells its new demand at once. */
 #define FLEET_DEMAND_POLL_NS ((int64_t)25000000)
-/* News from the watch starts a look at once, but no sooner than this after
- * the last one began: under load, when every member's demand moves, a
- * member looks at most this often (a range read each). */
+/* News from the watch, or callers newly queued, start a look at once, but
+ * no sooner than this after the last one ended: under load, when every
+ * member's demand moves, a member still waits this long between looks (a
+ * range read each), and lets go of its lock. */
 #define FLEET_NEWS_GAP_NS ((int64_t)50000000)
 /* A demand change that cannot move a share is put at most this often. */
 #define FLEET_STALE_NS ((int64_t)1000000000)
@@ -132,7 +133,7 @@ struct ts_fleet {
 	pthread_mutex_t mu; /* everything below, and the etcd client */
 	pthread_cond_t cv;
 	bool stop, kick, rejoin;
-	int64_t look_began; /* CLOCK_MONOTONIC, the last look's */
+	int64_t look_ended; /* CLOCK_MONOTONIC, the last look's */
 	int64_t share;         /* ours in the ledger, as last read or written */
 	int64_t ceiling;       /* the ledger's, as last read */
 	int64_t local_ceiling; /* what local's ceiling is now */
@@ -775,29 +776,33 @@ static bool untold_demand(const ts_fleet *f)
 	return waiting > 0 && !f->told_queue && !alone_with_all(f);
 }
 
-/* The watch's thread: a member key or the ledger changed (not our own
- * key), or the watch was set up again.  The signal is sent without the
- * lock, so a fleet thread between its look at news and its wait misses
- * it; its wait is at most FLEET_DEMAND_POLL_NS, and it sees news then. */
+/* The watch's thread: another member's key or the ledger changed (our
+ * own ledger writes too: one more look after each), or the watch was set
+ * up again.  Signalled once per news (not per message); without the lock,
+ * so a fleet thread between its look at news and its wait misses it: its
+ * wait is at most FLEET_DEMAND_POLL_NS, and it sees news then. */
 static void on_news(void *arg)
 {
 	ts_fleet *f = arg;
-	atomic_store_explicit(&f->news, true, memory_order_release);
-	pthread_cond_signal(&f->cv);
+	if (!atomic_exchange_explicit(&f->news, true, memory_order_acq_rel))
+		pthread_cond_signal(&f->cv);
 }
 
-/* Until @at (CLOCK_MONOTONIC, the condition variable's clock), a kick,
- * the stop, callers queued that the last publish did not tell, or news
- * from the watch once FLEET_NEWS_GAP_NS has passed since the last look
- * began. */
+/* Until @at (CLOCK_MONOTONIC, the condition variable's clock), a kick or
+ * the stop; or, once FLEET_NEWS_GAP_NS has passed since the last look
+ * ended, callers queued that the last publish did not tell, or news from
+ * the watch.  Counted from the look's end, so the lock is let go between
+ * looks however long they take (a slow etcd; ts_fleet_resize and
+ * ts_fleet_leave wait for the lock). */
 static void pause_until(ts_fleet *f, int64_t at)
 {
 	while (!f->stop && !f->kick) {
 		int64_t now = ts_now_ns(), until = at - now > FLEET_DEMAND_POLL_NS ? now + FLEET_DEMAND_POLL_NS : at;
-		if (now >= at || (fresh(f) && untold_demand(f))) /* etcd cut off: no haste */
+		if (now >= at)
 			return;
-		if (atomic_load_explicit(&f->news, memory_order_acquire)) {
-			int64_t ready = f->look_began + FLEET_NEWS_GAP_NS;
+		if ((fresh(f) && untold_demand(f)) || /* etcd cut off: no haste */
+		    atomic_load_explicit(&f->news, memory_order_acquire)) {
+			int64_t ready = f->look_ended + FLEET_NEWS_GAP_NS;
 			if (now >= ready)
 				return;
 			if (ready < until)
@@ -815,8 +820,8 @@ static void *fleet_thread(void *arg)
 	while (!f->stop) {
 		/* news from here on is news to the next look */
 		atomic_store_explicit(&f->news, false, memory_order_relaxed);
-		f->look_began = ts_now_ns();
 		bool moving = look(f);
+		f->look_ended = ts_now_ns();
 		/* a shrink waiting for its holders to fit: they are returning,
 		 * and another member waits for the room */
 		bool shrinking = fresh(f) && !f->pending_rev && f->local_ceiling < f->share;
@@ -955,11 +960,11 @@ TS_API ts_fleet *ts_fleet_join(ts_turnstile *local, const ts_fleet_config *cfg)
 		look(f); /* the first share, when the ledger has room */
 	pthread_mutex_unlock(&f->mu);
 	/* news of other members and of the ledger, so shares move without
-	 * waiting for a tick; our own key's changes are none */
-	if (!(f->watch = ts_lib_etcd_watch_start(cfg->endpoints, f->prefix, f->member_key, timeout,
-						 on_news, f)))
-		err = errno;
-	if (err || (err = pthread_create(&f->thread, NULL, fleet_thread, f))) {
+	 * waiting for a tick; our own key's changes are none.  Only a hint:
+	 * without it (ENOMEM, no thread) the member goes on its ticks */
+	f->watch = ts_lib_etcd_watch_start(cfg->endpoints, f->prefix, f->member_key, timeout,
+					   on_news, f);
+	if ((err = pthread_create(&f->thread, NULL, fleet_thread, f))) {
 		set_local(f, 0);
 		ts_private_turnstile_guard(local, 0);
 		ts_lib_etcd_lease_revoke(f->etcd, f->lease_id);
