@@ -35,7 +35,13 @@ board="$etcd_dir/board"
 key=/fleet-test/db
 lease_ms=2000
 member_pids=""
-stop_members() { for p in $member_pids; do kill -9 "$p" 2>/dev/null || true; done; }
+# on a failure, each member's own words too (a join that failed says why)
+stop_members() {
+	for p in $member_pids; do kill -9 "$p" 2>/dev/null || true; done
+	[ "$status" -eq 0 ] || for log in "$etcd_dir"/member*.log; do
+		[ -s "$log" ] && { echo "--- $(basename "$log") (last lines)"; tail -n 5 "$log"; }
+	done
+}
 cleanup_hooks=stop_members
 
 tests/fleet_board "$board" init 12
@@ -96,7 +102,7 @@ b set active 0 2
 start_member 0 24 2
 start_member 1 8 2
 start_member 2 24 2
-wait_for '[ "$(b get members 0)" -eq 3 ] && [ "$(b get members 2)" -eq 3 ]' 10 ||
+wait_for '[ "$(b get members 0)" -eq 3 ] && [ "$(b get members 2)" -eq 3 ]' 20 ||
 	fail "members do not see each other: $(b shares)"
 # one band: in proportion to demand, 24:4 of 12 is 10 and 2
 wait_for '[ "$(share 0)" -ge 9 ] && [ "$(share 1)" -ge 1 ] && [ "$(share 2)" -eq 0 ]' 10 ||

@@ -138,10 +138,26 @@ int main(int argc, char **argv)
 	cfg.member = name;
 	signal(SIGTERM, on_term);
 	local = ts_turnstile_new(0);
-	ts_fleet *f = ts_fleet_join(local, &cfg);
-	if (!f) {
-		fprintf(stderr, "fleet_member %d: join: %s\n", slot, strerror(errno));
-		return 1;
+	/* A join that no etcd node answered in time (a loaded machine: each
+	 * call has a sixth of the lease, each endpoint its slice of that) is
+	 * tried again, as pgproxy does; what happened is said in the log */
+	ts_fleet *f = NULL;
+	for (int tries = 1; !f; tries++) {
+		int64_t t0 = ts_now_ns();
+		f = ts_fleet_join(local, &cfg);
+		int err = errno;
+		int64_t took_ms = (ts_now_ns() - t0) / 1000000;
+		if (f) {
+			if (tries > 1 || took_ms > 1000)
+				fprintf(stderr, "fleet_member %d: joined at try %d, after %lld ms\n", slot,
+					tries, (long long)took_ms);
+			break;
+		}
+		fprintf(stderr, "fleet_member %d: join: %s after %lld ms (try %d)\n", slot,
+			strerror(err), (long long)took_ms, tries);
+		if ((err != ETIMEDOUT && err != ECONNREFUSED) || tries == 20)
+			return 1;
+		pause_us(100000);
 	}
 	atomic_store(&me->pid, (int64_t)getpid());
 	pthread_t th[64];
