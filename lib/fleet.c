@@ -540,43 +540,102 @@ static bool put_may_wait(const ts_fleet *f, bool queue, bool over)
 	       (alone_with_all(f) || (alone && queue == f->told_queue && over == f->told_over));
 }
 
-/* Our member key: our demand now, put when it changed (under our lease)
- * and may move a share, or has waited long enough; *@changed says whether
- * it was put.  The demand is the local turnstile's, or the one
- * ts_fleet_demand_from named. */
-static int publish(ts_fleet *f, bool *changed)
-{
+/* Callers queued, per band in ascending order, at most FLEET_MAX_BANDS
+ * bands (the worst beyond go unreported), and passes held. */
+struct demand {
 	int bands[FLEET_MAX_BANDS];
 	int64_t waiting[FLEET_MAX_BANDS];
-	const ts_turnstile *from = atomic_load_explicit(&f->demand, memory_order_acquire);
-	int nb = ts_turnstile_waiting_by_band(from ? from : f->local, bands, waiting,
-					      FLEET_MAX_BANDS);
+	int nbands;
+	int64_t held;
+};
+
+/* Adds @n callers queued in @band to @d, keeping its bands ascending. */
+static void demand_add(struct demand *d, int band, int64_t n)
+{
+	int i = 0;
+	while (i < d->nbands && d->bands[i] < band)
+		i++;
+	if (i < d->nbands && d->bands[i] == band) {
+		d->waiting[i] += n;
+		return;
+	}
+	if (i == FLEET_MAX_BANDS)
+		return;
+	int keep = d->nbands < FLEET_MAX_BANDS ? d->nbands : FLEET_MAX_BANDS - 1;
+	memmove(d->bands + i + 1, d->bands + i, (size_t)(keep - i) * sizeof(*d->bands));
+	memmove(d->waiting + i + 1, d->waiting + i, (size_t)(keep - i) * sizeof(*d->waiting));
+	d->bands[i] = band;
+	d->waiting[i] = n;
+	d->nbands = keep + 1;
+}
+
+/* Adds @t's queue to @d; returns how many callers it told. */
+static int64_t demand_add_queue(struct demand *d, const ts_turnstile *t)
+{
+	int bands[FLEET_MAX_BANDS];
+	int64_t waiting[FLEET_MAX_BANDS], total = 0;
+	int nb = ts_turnstile_waiting_by_band(t, bands, waiting, FLEET_MAX_BANDS);
 	if (nb > FLEET_MAX_BANDS)
 		nb = FLEET_MAX_BANDS; /* the worst bands beyond go unreported */
-	if (nb < 0)
-		nb = 0; /* ENOMEM: no queue told this time */
+	for (int i = 0; i < nb; i++) { /* nb < 0, ENOMEM: no queue told this time */
+		demand_add(d, bands[i], waiting[i]);
+		total += waiting[i];
+	}
+	return total;
+}
+
+/* Our demand now: the local turnstile's, or that of the one
+ * ts_fleet_demand_from named.  With the latter, a caller queued on the
+ * local turnstile holds a pass of it while it waits (a proxy's transaction
+ * waiting for a server connection): it is counted waiting in its band,
+ * not held.  Held passes count in a member's worst queued band, or below
+ * every band when it queues nobody (fleet_targets.c), so were it counted
+ * held, a member whose every transaction waits for a connection would
+ * tell no queue, get a target of 0 while anyone else queues, and its
+ * transactions would wait for as long as the others' load lasts. */
+static void demand_now(ts_fleet *f, struct demand *d)
+{
+	const ts_turnstile *from = atomic_load_explicit(&f->demand, memory_order_acquire);
+	d->nbands = 0;
+	demand_add_queue(d, from ? from : f->local);
+	if (!from) {
+		int64_t held = held_now(f);
+		d->held = held > 0 ? held : 0;
+		return;
+	}
+	int64_t held = held_on(from) - demand_add_queue(d, f->local);
+	d->held = held > 0 ? held : 0;
+}
+
+/* Our member key: our demand now, put when it changed (under our lease)
+ * and may move a share, or has waited long enough; *@changed says whether
+ * it was put. */
+static int publish(ts_fleet *f, bool *changed)
+{
+	struct demand d;
+	demand_now(f, &d);
 	json_object *doc = json_object_new_object(), *arr = json_object_new_array();
-	int64_t held = from ? held_on(from) : held_now(f), demand = held > 0 ? held : 0;
-	json_object_object_add(doc, "held", json_object_new_int64(held > 0 ? held : 0));
-	for (int i = 0; i < nb; i++) {
-		demand += waiting[i];
+	int64_t demand = d.held;
+	json_object_object_add(doc, "held", json_object_new_int64(d.held));
+	for (int i = 0; i < d.nbands; i++) {
+		demand += d.waiting[i];
 		json_object *pair = json_object_new_array();
-		json_object_array_add(pair, json_object_new_int64(bands[i]));
-		json_object_array_add(pair, json_object_new_int64(waiting[i]));
+		json_object_array_add(pair, json_object_new_int64(d.bands[i]));
+		json_object_array_add(pair, json_object_new_int64(d.waiting[i]));
 		json_object_array_add(arr, pair);
 	}
 	json_object_object_add(doc, "bands", arr);
 	const char *value = json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN);
 	int err = 0;
 	bool over = demand > f->share;
-	*changed = (!f->published || strcmp(f->published, value)) && !put_may_wait(f, nb > 0, over);
+	*changed = (!f->published || strcmp(f->published, value)) && !put_may_wait(f, d.nbands > 0, over);
 	if (*changed) {
 		char *copy = strdup(value);
 		err = copy ? ts_lib_etcd_put(f->etcd, f->member_key, value, f->lease_id) : ENOMEM;
 		if (!err) {
 			free(f->published);
 			f->published = copy;
-			f->told_queue = nb > 0;
+			f->told_queue = d.nbands > 0;
 			f->told_over = over;
 			f->published_at = boottime_ns();
 		} else {
@@ -771,9 +830,11 @@ static bool look(ts_fleet *f)
 static bool untold_demand(const ts_fleet *f)
 {
 	const ts_turnstile *from = atomic_load_explicit(&f->demand, memory_order_acquire);
-	int64_t waiting;
+	int64_t waiting, on_local = 0;
 	ts_turnstile_snapshot(from ? from : f->local, NULL, &waiting);
-	return waiting > 0 && !f->told_queue && !alone_with_all(f);
+	if (from) /* callers waiting for a local pass are queued too (demand_now) */
+		ts_turnstile_snapshot(f->local, NULL, &on_local);
+	return waiting + on_local > 0 && !f->told_queue && !alone_with_all(f);
 }
 
 /* The watch's thread: another member's key or the ledger changed (our

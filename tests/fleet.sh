@@ -5,6 +5,8 @@
 # At every admission of every member the holders across all members are
 # counted against the ceiling (a shared board): 0 violations throughout.
 # Pinned down, in order:
+#   - ts_fleet_demand_from: callers that hold the demand's passes and queue
+#     on the local turnstile are published as queued in their bands;
 #   - a lone member with the whole ceiling and a queue that fills and
 #     empties: at most 10 etcd requests/s, as at rest;
 #   - shares follow demand: A with 24 clients, B with 4, C idle (one band:
@@ -78,6 +80,10 @@ etcd_start
 hung="$(hung_endpoint 1),$(hung_endpoint 2)"
 
 requests() { echo $(($(b get requests 0) + $(b get requests 1) + $(b get requests 2))); }
+
+# ---- ts_fleet_demand_from: a caller queued on the local turnstile while
+# it holds a pass of the demand's is published waiting, not held
+tests/fleet_demand "$hung,$(etcd_endpoints)" /fleet-test/demand || fail "fleet_demand"
 
 # ---- a member alone with the whole ceiling (slot 5, then it leaves), its
 # queue filling and emptying all the time (24 clients holding 2 ms and

@@ -44,8 +44,10 @@ admin_at() { psql -X -h 127.0.0.1 -p "$(port_of "$1")" -Atc "$2" pgproxy; }
 fleet_rows() { admin_at "$1" 'SHOW FLEET' | awk -F'|' '$1 == "postgres"'; }
 share_of() { fleet_rows "$1" | awk -F'|' '$3 == "yes" { print $4 }'; }
 shares() { for m in A B C; do printf '%s:%s ' "$m" "$(share_of "$m" 2>/dev/null)"; done; }
-bench_at() { # member clients seconds log
-	pgbench -n -c "$2" -j 2 -T "$3" -S -h 127.0.0.1 -p "$(port_of "$1")" postgres >"$data/$4" 2>&1
+bench_at() { # member clients seconds log [pgbench script]: -S by default
+	set -- "$@" -S
+	[ "$5" = -S ] || set -- "$1" "$2" "$3" "$4" -f "$5"
+	pgbench -n -c "$2" -j 2 -T "$3" "$5" ${6:+"$6"} -h 127.0.0.1 -p "$(port_of "$1")" postgres >"$data/$4" 2>&1
 }
 bench_ok() {
 	grep -q '^number of failed transactions: 0 ' "$data/$1" || { cat "$data/$1"; fail "pgbench $1: failed"; }
@@ -70,20 +72,36 @@ echo "$out" | grep -q "has no fleet" || fail "a database named postgres/members:
 ok "a database name with '/' is refused: $(echo "$out" | grep -o 'pgproxy: database.*')"
 
 sample_start
-# ---- skewed: A 12 clients, B 3, C none
-bench_at A 12 6 a.log &
+# ---- skewed: A 12 clients, B 2, C none; each transaction holds its
+# connection a few ms, as an application's do
+cat >"$data/hold.sql" <<'EOF'
+\set aid random(1, 100000)
+BEGIN;
+SELECT abalance FROM pgbench_accounts WHERE aid = :aid;
+SELECT pg_sleep(0.004);
+END;
+EOF
+bench_at A 12 6 a.log "$data/hold.sql" &
 a=$!
-bench_at B 3 6 b.log &
+bench_at B 2 6 b.log "$data/hold.sql" &
 b=$!
 within 5 sh -c "[ \"\$(psql -X -h 127.0.0.1 -p $port_A -Atc 'SHOW FLEET' pgproxy | awk -F'|' '\$3 == \"yes\" { print \$4 }')\" -ge 4 ]" ||
-	fail "A's share with 12 clients against B's 3: $(shares)"
+	fail "A's share with 12 clients against B's 2: $(shares)"
 seen="$(shares)"
 queued=$(fleet_rows B | awk -F'|' '$2 == "A" { print $6 }')
 wait $a
 wait $b
 bench_ok a.log
 bench_ok b.log
-ok "A 12 clients, B 3, C 0: shares $seen; B sees A queued \"$queued\""
+# B's transactions wait for connections while A queues: they are demand
+# in B's band, so B keeps a share in proportion (about 1 of 6), and each
+# of its clients runs at a rate near A's; counted as held passes, they
+# ranked below A's queue and B got no share until A's load ended
+tps_of() { sed -n 's/^tps = \([0-9.]*\) (without initial.*/\1/p' "$data/$1"; }
+tps_a=$(tps_of a.log) tps_b=$(tps_of b.log)
+awk -v a="$tps_a" -v b="$tps_b" 'BEGIN { exit !(b / 2 >= a / 12 / 10) }' ||
+	fail "B starved while A queued: B's 2 clients $tps_b tps, A's 12 $tps_a tps (shares $seen)"
+ok "A 12 clients, B 2, C 0: shares $seen; B sees A queued \"$queued\"; tps A $tps_a, B $tps_b"
 
 # ---- the load moves to C: A's idle connections close, C gets the room
 t0=$(now_ms)

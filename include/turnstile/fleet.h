@@ -96,8 +96,11 @@ TS_API int ts_fleet_share(const ts_fleet *f, int64_t *share, int64_t *members);
  * turnstile's.  For a member whose callers queue on one turnstile while
  * the fleet bounds another: a proxy orders transactions on @t and bounds
  * server connections on the local turnstile, whose passes idle
- * connections hold too (they are no demand).  The share still never falls
- * below the passes held on the local turnstile (rule 2 of the protocol).
+ * connections hold too (they are no demand).  A caller queued on the
+ * local turnstile counts as waiting in its band and is taken out of @t's
+ * held passes (it holds one while it waits for a local pass: demand not
+ * yet served).  The share still never falls below the passes held on the
+ * local turnstile (rule 2 of the protocol).
  * @t must outlive the member or be replaced first; NULL: the local
  * turnstile again.  Takes effect at the next look.  0 or EINVAL (NULL
  * @f).  Never blocks.  Thread-safe. */
