@@ -169,7 +169,9 @@ moving() { # config repeat
 		record moving f "etcd req/s/member" "$(echo "$(($(etcd_requests) - r0)) $t0 $t1" |
 			awk '{ printf "%.1f", $1 * 1000 / ($3 - $2) / 3 }')"
 	fi
-	echo "proxy-bench: moving $k repeat $rep: $(grep -P "^moving\t$k\t" "$results" | tail -n 4 | cut -f3,4 | tr '\t\n' '= ')"
+	local phase=$(for f in a b c; do tps_of "$d/$f.out"; done | tr '\n' ' ')
+	echo "proxy-bench: moving $k repeat $rep: $(grep -P "^moving\t$k\t" "$results" | tail -n "$([ "$k" = f ] && echo 4 || echo 2)" |
+		cut -f3,4 | tr '\t\n' '= ')(A B C: $phase)"
 }
 
 etcd_ticks() { # CPU ticks (1/100 s) all etcd nodes have used so far
