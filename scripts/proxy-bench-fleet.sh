@@ -14,7 +14,9 @@
 # connections at once across the three (pg_stat_activity sampled every
 # 2 ms); for (f), how long from C's first queued client (the load has
 # moved) until C's share reached 10 (SHOW FLEET, polled every 20 ms), and etcd's requests per second per member
-# (etcd's own gRPC counters, all three nodes) under this load and at rest.
+# (etcd's own gRPC counters, all three nodes) under this load and at rest;
+# and for each run the share of CPU time the hypervisor gave other guests
+# (/proc/stat's steal): on a shared VM a run with some is slowed by it.
 #
 # Overhead: one pgproxy alone in its fleet against one without --fleet,
 # both with ceiling 12, pgbench -S -c 16 for SECONDS, in the same repeat; the
@@ -132,9 +134,10 @@ bench() { # config instance clients log
 }
 
 moving() { # config repeat
-	local k=$1 rep=$2 d=$work/moving.$1.$2 r0 t0 t1 follow=-
+	local k=$1 rep=$2 d=$work/moving.$1.$2 r0 t0 t1 follow=- h0
 	mkdir -p "$d"
 	sample_start "bench_$k"
+	h0=$(host_ticks)
 	r0=$(etcd_requests)
 	t0=$(now_ms)
 	bench "$k" A 24 "$d/a.out" &
@@ -164,13 +167,14 @@ moving() { # config repeat
 	local n=$(($(txns "$d/a.out") + $(txns "$d/b.out") + $(txns "$d/c.out")))
 	record moving "$k" tps "$(echo "$n $t0 $t1" | awk '{ printf "%.0f", $1 * 1000 / ($3 - $2) }')"
 	record moving "$k" "max server conns" "$max"
+	record moving "$k" "stolen %" "$(stolen_pct $h0)"
 	if [ "$k" = f ]; then
 		record moving f "share follows ms" "$follow"
 		record moving f "etcd req/s/member" "$(echo "$(($(etcd_requests) - r0)) $t0 $t1" |
 			awk '{ printf "%.1f", $1 * 1000 / ($3 - $2) / 3 }')"
 	fi
 	local phase=$(for f in a b c; do tps_of "$d/$f.out"; done | tr '\n' ' ')
-	echo "proxy-bench: moving $k repeat $rep: $(grep -P "^moving\t$k\t" "$results" | tail -n "$([ "$k" = f ] && echo 4 || echo 2)" |
+	echo "proxy-bench: moving $k repeat $rep: $(grep -P "^moving\t$k\t" "$results" | tail -n "$([ "$k" = f ] && echo 5 || echo 3)" |
 		cut -f3,4 | tr '\t\n' '= ')(A B C: $phase)"
 }
 
@@ -216,6 +220,8 @@ for r in $(seq 1 "$repeats"); do
 	if [ $((r % 2)) -eq 1 ]; then order="f b"; else order="b f"; fi
 	case $((r % 3)) in 1) solo="s n a" ;; 2) solo="n a s" ;; 0) solo="a s n" ;; esac
 	for k in $order; do moving "$k" "$r"; done
+	record moving f/b ratio "$(grep -P "^moving\t[fb]\ttps\t" "$results" | tail -n 2 | sort |
+		awk '{ t[$2] = $4 } END { printf "%.3f", t["f"] / t["b"] }')"
 	for k in $solo; do overhead "$k" "$r"; done
 	# s, n and a ran in the same repeat: each ratio cancels the drift between repeats
 	record overhead s/n ratio "$(echo "$(tps_of "$work/overhead.s.$r.out") $(tps_of "$work/overhead.n.$r.out")" |
@@ -238,14 +244,15 @@ report=$out/proxy-bench-fleet.md
 	echo "The moving load: A 24 clients and B 4 for ${seconds} s, then all 28 on C for ${seconds} s."
 	echo "A transaction holds its connection about 4 ms (a SELECT by key and \`pg_sleep(0.004)\`)."
 	echo
-	echo "| configuration | tps | max server connections (12 allowed) | C's share at 10, from its first queued client | etcd requests/s per member |"
-	echo "|---|---:|---:|---:|---:|"
+	echo "| configuration | tps | max server connections (12 allowed) | C's share at 10, from its first queued client | etcd requests/s per member | CPU stolen by the host |"
+	echo "|---|---:|---:|---:|---:|---:|"
 	echo "| (f) 3 × pgproxy --fleet ceiling=12 | $(med moving f tps) | $(med moving f 'max server conns') |" \
-		"$(med moving f 'share follows ms') ms | $(med moving f 'etcd req/s/member') |"
+		"$(med moving f 'share follows ms') ms | $(med moving f 'etcd req/s/member') | $(med moving f 'stolen %') % |"
 	echo "| (b) 3 × pgbouncer $(pgbouncer --version | head -1 | awk '{ print $2 }'), pool 4 each | $(med moving b tps) |" \
-		"$(med moving b 'max server conns') | - | - |"
+		"$(med moving b 'max server conns') | - | - | $(med moving b 'stolen %') % |"
 	echo
-	echo "(f) against (b): $(ratio "$(val moving f tps)" "$(val moving b tps)")× the transactions per second."
+	echo "(f) against (b): $(ratio "$(val moving f tps)" "$(val moving b tps)")× the transactions per second" \
+		"(ratio of the medians); $(med moving f/b ratio)× as the median of each repeat's pair."
 	echo "At rest, the three members and the lone one: $(med rest f 'etcd req/s/member') etcd requests/s per member."
 	echo
 	echo "## One member alone: the cost of --fleet"
