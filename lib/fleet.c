@@ -592,7 +592,9 @@ static int64_t demand_add_queue(struct demand *d, const ts_turnstile *t)
  * every band when it queues nobody (fleet_targets.c), so were it counted
  * held, a member whose every transaction waits for a connection would
  * tell no queue, get a target of 0 while anyone else queues, and its
- * transactions would wait for as long as the others' load lasts. */
+ * transactions would wait for as long as the others' load lasts.  The
+ * reads are instants apart, so a caller in motion may be miscounted once:
+ * demand only steers the shares, and the invariant rests on rules 1-3. */
 static void demand_now(ts_fleet *f, struct demand *d)
 {
 	const ts_turnstile *from = atomic_load_explicit(&f->demand, memory_order_acquire);
