@@ -42,10 +42,12 @@
  * and its share may be reclaimed from half a lease later.
  *
  * SHARES FOLLOW DEMAND.  Every member computes the same targets from the
- * same ledger and member keys (fleet_targets()): each member's held
- * passes first, then the waiting callers band by band, best band first
- * (split in proportion within a band when room runs out), then what is
- * left evenly, so an idle member keeps room for a burst.  A member moves
+ * same ledger and member keys (fleet_targets()): band by band, best band
+ * first, the callers waiting there and the held passes of members whose
+ * worst queued band it is (a member that queues nobody: its held passes
+ * after every band), split in proportion within a band when room runs
+ * out; then what is left evenly, so an idle member keeps room for a
+ * burst.  A member moves
  * only its own share: down when another member's target is above its
  * share (somebody needs room), up while the ledger has room.  One look
  * per tick (FLEET_TICK_NS while shares move, FLEET_IDLE_TICK_NS at rest,
@@ -549,39 +551,41 @@ struct demand {
 	int64_t held;
 };
 
-/* Adds @n callers queued in @band to @d, keeping its bands ascending. */
-static void demand_add(struct demand *d, int band, int64_t n)
+/* Adds @n callers queued in @band to @d, keeping its bands ascending;
+ * returns how many callers it dropped: @n, or those of the worst band
+ * pushed out, when @d is full. */
+static int64_t demand_add(struct demand *d, int band, int64_t n)
 {
 	int i = 0;
 	while (i < d->nbands && d->bands[i] < band)
 		i++;
 	if (i < d->nbands && d->bands[i] == band) {
 		d->waiting[i] += n;
-		return;
+		return 0;
 	}
 	if (i == FLEET_MAX_BANDS)
-		return;
+		return n;
+	int64_t dropped = d->nbands == FLEET_MAX_BANDS ? d->waiting[FLEET_MAX_BANDS - 1] : 0;
 	int keep = d->nbands < FLEET_MAX_BANDS ? d->nbands : FLEET_MAX_BANDS - 1;
 	memmove(d->bands + i + 1, d->bands + i, (size_t)(keep - i) * sizeof(*d->bands));
 	memmove(d->waiting + i + 1, d->waiting + i, (size_t)(keep - i) * sizeof(*d->waiting));
 	d->bands[i] = band;
 	d->waiting[i] = n;
 	d->nbands = keep + 1;
+	return dropped;
 }
 
-/* Adds @t's queue to @d; returns how many callers it told. */
+/* Adds @t's queue to @d; returns how many callers @d tells more. */
 static int64_t demand_add_queue(struct demand *d, const ts_turnstile *t)
 {
 	int bands[FLEET_MAX_BANDS];
-	int64_t waiting[FLEET_MAX_BANDS], total = 0;
+	int64_t waiting[FLEET_MAX_BANDS], told = 0;
 	int nb = ts_turnstile_waiting_by_band(t, bands, waiting, FLEET_MAX_BANDS);
 	if (nb > FLEET_MAX_BANDS)
 		nb = FLEET_MAX_BANDS; /* the worst bands beyond go unreported */
-	for (int i = 0; i < nb; i++) { /* nb < 0, ENOMEM: no queue told this time */
-		demand_add(d, bands[i], waiting[i]);
-		total += waiting[i];
-	}
-	return total;
+	for (int i = 0; i < nb; i++) /* nb < 0, ENOMEM: no queue told this time */
+		told += waiting[i] - demand_add(d, bands[i], waiting[i]);
+	return told;
 }
 
 /* Our demand now: the local turnstile's, or that of the one
@@ -605,7 +609,9 @@ static void demand_now(ts_fleet *f, struct demand *d)
 		d->held = held > 0 ? held : 0;
 		return;
 	}
-	int64_t held = held_on(from) - demand_add_queue(d, f->local);
+	/* callers the report has no band for stay held: the worst band told */
+	int64_t held = held_on(from);
+	held -= demand_add_queue(d, f->local);
 	d->held = held > 0 ? held : 0;
 }
 
@@ -1115,7 +1121,9 @@ TS_API int ts_fleet_demand_from(ts_fleet *f, const ts_turnstile *t)
 {
 	if (!f)
 		return EINVAL;
-	atomic_store_explicit(&f->demand, t, memory_order_release);
+	/* the local turnstile named is the local demand (NULL): its queue is
+	 * not counted twice (demand_now) */
+	atomic_store_explicit(&f->demand, t == f->local ? NULL : t, memory_order_release);
 	return 0;
 }
 

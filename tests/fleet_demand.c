@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +73,33 @@ static void find_self(const ts_fleet_member_info *m, void *arg)
 	}
 }
 
+static bool local_ceiling_is_2(void)
+{
+	return ts_turnstile_ceiling(local) == 2;
+}
+
+static bool band1_in_place(void)
+{
+	int64_t t_free, local_queued;
+	ts_turnstile_snapshot(demand, &t_free, NULL);
+	ts_turnstile_snapshot(local, NULL, &local_queued);
+	return t_free == 0 && local_queued == 1;
+}
+
+/* Polls @done every millisecond for up to 15 s; false, errno ETIMEDOUT,
+ * if it never held. */
+static bool poll_until(bool (*done)(void))
+{
+	for (int64_t end = ts_now_ns() + 15 * SECOND; !done();) {
+		if (ts_now_ns() > end) {
+			errno = ETIMEDOUT;
+			return false;
+		}
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL); /* a poll, not a synchronisation */
+	}
+	return true;
+}
+
 static int fail(const char *what)
 {
 	fprintf(stderr, "fleet_demand: %s: %s\n", what, strerror(errno));
@@ -93,20 +121,17 @@ int main(int argc, char **argv)
 		return fail("ts_fleet_join");
 	ts_fleet_demand_from(f, demand);
 
-	/* the three of band 1 first, all with their T pass (one queued on
-	 * local), then the fourth: it finds T full */
+	/* the whole ceiling first (join may settle on less while an endpoint
+	 * hangs); then the three of band 1, all with their T pass and one
+	 * queued on local; then the fourth, which finds T full */
 	static const int bands[4] = { 1, 1, 1, 2 };
 	pthread_t th[4];
+	if (!poll_until(local_ceiling_is_2))
+		return fail("the lone member's share never reached the ceiling");
 	for (int i = 0; i < 4; i++) {
-		for (int64_t end = ts_now_ns() + 15 * SECOND, queued = 0; i == 3 && queued < 1;) {
-			ts_turnstile_snapshot(local, NULL, &queued);
-			if (ts_now_ns() > end) {
-				errno = ETIMEDOUT;
-				return fail("nobody queued on the local turnstile");
-			}
-			nanosleep(&(struct timespec){ 0, 1000000 }, NULL); /* a poll */
-		}
-		if (pthread_create(&th[i], NULL, transaction, (void *)&bands[i]))
+		if (i == 3 && !poll_until(band1_in_place))
+			return fail("the three callers of band 1 did not take their places");
+		if ((errno = pthread_create(&th[i], NULL, transaction, (void *)&bands[i])))
 			return fail("pthread_create");
 	}
 

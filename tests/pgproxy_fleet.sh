@@ -99,6 +99,7 @@ bench_ok b.log
 # ranked below A's queue and B got no share until A's load ended
 tps_of() { sed -n 's/^tps = \([0-9.]*\) (without initial.*/\1/p' "$data/$1"; }
 tps_a=$(tps_of a.log) tps_b=$(tps_of b.log)
+[ -n "$tps_a" ] && [ -n "$tps_b" ] || fail "no tps in pgbench's output: $(cat "$data/a.log" "$data/b.log")"
 awk -v a="$tps_a" -v b="$tps_b" 'BEGIN { exit !(b / 2 >= a / 12 / 10) }' ||
 	fail "B starved while A queued: B's 2 clients $tps_b tps, A's 12 $tps_a tps (shares $seen)"
 ok "A 12 clients, B 2, C 0: shares $seen; B sees A queued \"$queued\"; tps A $tps_a, B $tps_b"
