@@ -127,7 +127,6 @@ etcd_requests() {
 	done
 	echo "$total"
 }
-txns() { sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$1"; }
 bench() { # config instance clients log
 	PGUSER=bench_$1 exec pgbench -n -c "$3" -j 2 -T "$seconds" -f "$work/hold.sql" \
 		-h 127.0.0.1 -p "${port[$1$2]}" postgres >"$4" 2>&1

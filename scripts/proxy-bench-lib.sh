@@ -3,7 +3,7 @@
 # throwaway cluster in $work (Unix socket only, fsync off, pgbench scale 10,
 # superuser "bench") stopped at exit with every pid in pids[] and every
 # pgbouncer whose pidfile is $work/*.pid; helpers within, free_port,
-# cpu_ticks, host_ticks/stolen_pct, tps_of, failed_ok, sampler_install/sample_start/sample_max,
+# cpu_ticks, host_ticks/stolen_pct, switches, tps_of, txns, failed_ok, sampler_install/sample_start/sample_max,
 # record and med (results in $results); and
 # $work/batch.sql, the flood's batch transaction (an UPDATE, then
 # pg_sleep(0.002) holding its connection).  The caller is in the project's
@@ -62,7 +62,10 @@ host_ticks() { awk '$1 == "cpu" { t = 0; for (i = 2; i <= 9; i++) t += $i; print
 stolen_pct() { # "stolen total" at the start -> percent of CPU time stolen since
 	echo "$1 $2 $(host_ticks)" | awk '{ d = $4 - $2; printf "%.0f", (d > 0 ? ($3 - $1) * 100 / d : 0) }'
 }
+# context switches so far, all CPUs
+switches() { awk '$1 == "ctxt" { print $2 }' /proc/stat; }
 tck=$(getconf CLK_TCK)
+txns() { sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$1"; }
 tps_of() { sed -n 's/^tps = \([0-9.]*\) (without initial.*/\1/p' "$1" | awk '{ printf "%.0f\n", $1 }'; }
 failed_ok() { grep -q '^number of failed transactions: 0 ' "$1" || { echo "proxy-bench: failures in $1:" >&2; cat "$1" >&2; exit 1; }; }
 

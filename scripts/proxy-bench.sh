@@ -15,7 +15,11 @@
 #             then again with the interactive load held to 100/s (-R 100),
 #             so that every configuration does the same interactive work
 #   overhead  pgbench -S -c 16 -j 2 alone: direct, (b), (c), (a);
-#             transactions/s and the proxy's CPU seconds
+#             transactions/s, the proxy's CPU seconds and microseconds
+#             per transaction, the machine's context switches per
+#             transaction and the CPU the host stole; (c) over (b) in
+#             each repeat, whose median is steadier than the ratio of
+#             medians on a shared VM
 #   tls       pgbench -S -c 16 -j 2 alone with sslmode=require (TLS between
 #             pgbench and the proxy; the proxy to the server on its Unix
 #             socket as before): (b) with client_tls_sslmode=allow and (c)
@@ -165,15 +169,27 @@ flood() { # scenario config repeat [interactive pgbench args...]
 }
 
 overhead() { # config repeat
-	local k=$1 f=$work/overhead.$1.$2.out c0=0 c1=0
+	local k=$1 rep=$2 f=$work/overhead.$1.$2.out c0=0 c1=0 x0 h0 n
 	[ "$k" = direct ] || c0=$(cpu_ticks "${pid[$k]}")
+	x0=$(switches) h0=$(host_ticks)
 	PGAPPNAME=interactive pgbench -n -c 16 -j 2 -T "$seconds" -S -h "${host[$k]}" -p "${port[$k]}" postgres >"$f" 2>&1
+	record overhead "$k" "switches/txn" "$(echo "$x0 $(switches) $(txns "$f")" | awk '{ printf "%.2f", $3 ? ($2 - $1) / $3 : 0 }')"
+	record overhead "$k" "stolen %" "$(stolen_pct $h0)"
 	[ "$k" = direct ] || c1=$(cpu_ticks "${pid[$k]}")
 	failed_ok "$f"
+	n=$(txns "$f")
 	record overhead "$k" "tps" "$(tps_of "$f")"
-	[ "$k" = direct ] || record overhead "$k" "proxy CPU s" "$(echo "$c0 $c1" | awk -v t="$tck" '{ printf "%.2f", ($2 - $1) / t }')"
-	echo "proxy-bench: overhead $k repeat $2: $(tps_of "$f") tps"
+	if [ "$k" != direct ]; then
+		record overhead "$k" "proxy CPU s" "$(echo "$c0 $c1" | awk -v t="$tck" '{ printf "%.2f", ($2 - $1) / t }')"
+		record overhead "$k" "proxy CPU us/txn" "$(echo "$c0 $c1 $n" | awk -v t="$tck" '{ printf "%.1f", ($2 - $1) / t * 1e6 / $3 }')"
+	fi
+	# (c) beside (b) in the same repeat: the machine drifts between repeats
+	[ "$k" != c ] || [ -z "${otps[b.$rep]:-}" ] || record overhead c "tps / (b)'s" "$(echo "$(tps_of "$f") ${otps[b.$rep]}" | awk '{ printf "%.3f", $1 / $2 }')"
+	[ "$k" != b ] || [ -z "${otps[c.$rep]:-}" ] || record overhead c "tps / (b)'s" "$(echo "${otps[c.$rep]} $(tps_of "$f")" | awk '{ printf "%.3f", $1 / $2 }')"
+	otps[$k.$rep]=$(tps_of "$f")
+	echo "proxy-bench: overhead $k repeat $rep: $(tps_of "$f") tps"
 }
+declare -A otps
 
 for r in $(seq 1 "$repeats"); do
 	# alternate the order from one repeat to the next
@@ -267,13 +283,16 @@ report=$out/proxy-bench-results.md
 	echo
 	echo "\`pgbench -S -c 16 -j 2\` alone."
 	echo
-	echo "| configuration | tps | proxy CPU s |"
-	echo "|---|---:|---:|"
-	echo "| direct (Unix socket) | $(med overhead direct tps) | |"
+	echo "| configuration | tps | proxy CPU s | proxy CPU µs per transaction | context switches per transaction (machine) | CPU stolen by the host, % |"
+	echo "|---|---:|---:|---:|---:|---:|"
+	echo "| direct (Unix socket) | $(med overhead direct tps) | | | $(med overhead direct switches/txn) | $(med overhead direct 'stolen %') |"
 	for k in $overhead_set; do
 		n=name_$k
-		echo "| ${!n} | $(med overhead $k tps) | $(med overhead $k 'proxy CPU s') |"
+		echo "| ${!n} | $(med overhead $k tps) | $(med overhead $k 'proxy CPU s') | $(med overhead $k 'proxy CPU us/txn') |" \
+			"$(med overhead $k switches/txn) | $(med overhead $k 'stolen %') |"
 	done
+	echo
+	echo "(c)'s tps over (b)'s, each repeat's pair: $(med overhead c "tps / (b)'s")."
 	echo
 	echo "## TLS"
 	echo
@@ -316,6 +335,7 @@ report=$out/proxy-bench-results.md
 	echo "| ... at equal interactive load (-R 100): batch (a) >= 90% of (b)'s | $rba vs $rbb tps: $(echo "$rba $rbb" | awk '{ printf "%.1f%%", 100 * $1 / $2 }') | $(verdict "$rba >= 0.9 * $rbb") |"
 	echo "| (c) throughput >= (b)'s, flood (interactive + batch) | $fc vs $fb tps: $(echo "$fc $fb" | awk '{ printf "%.3fx", $1 / $2 }') | $(verdict "$fc >= $fb") |"
 	echo "| (c) throughput >= (b)'s, overhead | $oc vs $ob tps: $(echo "$oc $ob" | awk '{ printf "%.3fx", $1 / $2 }') | $(verdict "$oc >= $ob") |"
+	echo "| (c) throughput >= 1.1x (b)'s, overhead (#21) | $(echo "$oc $ob" | awk '{ printf "%.3fx", $1 / $2 }'); pairs' median $(val overhead c "tps / (b)'s")x | $(verdict "$oc >= 1.1 * $ob") |"
 	tc=$(val tls c tps) tb=$(val tls b tps)
 	echo "| (c) throughput >= (b)'s, over TLS | $tc vs $tb tps: $(echo "$tc $tb" | awk '{ printf "%.3fx", $1 / $2 }') | $(verdict "$tc >= $tb") |"
 	if [ -n "$baseline" ]; then
